@@ -1,0 +1,29 @@
+# The two commands in the README: `make reproduce` (the main job) and `make test`.
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup test reproduce lab ui lint bench clean-venv
+
+setup:
+	@scripts/setup.sh
+
+test: setup
+	$(BIN)/python -m pytest
+
+reproduce: setup
+	$(BIN)/labkit reproduce
+
+lab: setup
+	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser notebooks
+
+ui: setup
+	$(BIN)/labkit ui
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+
+bench: setup
+	$(BIN)/python benchmarks/bench_lookup.py
+
+clean-venv:
+	rm -rf $(VENV)

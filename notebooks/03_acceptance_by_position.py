@@ -1,0 +1,61 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · Acceptance by position
+#
+# Reads the k sweep logged by `02_k_sweep` for the same recipe (no re-measurement) and
+# shows, per workload and k: acceptance at each draft position (position 0 = the first
+# drafted token), mean accepted length, and the time spent on drafts that were rejected.
+#
+# Denominators: **per tested token**, P(accept i | positions < i accepted) = accepted at
+# i / tested at i; **per draft** (vLLM's per-position rate) = accepted at i / drafts that
+# reached i; **per drafted token** (llama.cpp's `n_accept / n_draft`) = accepted / drafted.
+
+# %% tags=["parameters"]
+recipe = "default"
+k = None
+workloads = None
+drafters = None
+runs = None
+max_tokens = None
+prompts_per_workload = None
+temperatures = None
+gate = None
+
+# %%
+from labkit import lab as labkit_lab
+from labkit import matrix, sweep
+
+lab = labkit_lab.start(globals())
+R = lab.recipe
+src, src_id = matrix.source_run(lab.client, "02_k_sweep", R)
+lab.client.set_tag(lab.run_id, "lab.source", src_id)
+print(f"measurements from [{src_id}]")
+rows = matrix.load_table(lab.client, src, "sweep-runs")
+
+# %%
+pos = sweep.position_table(rows)
+lab.table("acceptance-by-position", pos)
+kmax = int(pos["k"].max())
+top = pos[(pos["k"] == kmax) & (pos["temperature"] == 0)]
+lab.figure("accept_by_position", top, name="accept-by-position", value="accept_cond",
+           title=f"P(accept position i | all before accepted), k = {kmax}, greedy")
+lab.figure("accept_by_position", top, name="accept-per-draft", value="accept_per_draft",
+           title=f"accepted at position i / drafts, k = {kmax}, greedy")
+
+# %%
+rej = sweep.rejection_table(rows)
+lab.table("accepted-length-and-rejected-time", rej)
+for r in rej[(rej["k"] == kmax) & (rej["temperature"] == 0)].itertuples():
+    lab.metric(f"rejected_share.{r.drafter}.{r.workload}", r.rejected_share_of_decode, step=kmax)

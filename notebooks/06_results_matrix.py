@@ -1,0 +1,39 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Results matrix and accounting worksheet
+#
+# Built only from logged runs (no measurement): the newest k sweep of every recipe in
+# the tracking store, one row per model/recipe/drafter, each cell
+# "tok/s (speedup×) @ acceptance%", and the worksheet for this notebook's recipe.
+# Fields without a run behind them say so.
+
+# %% tags=["parameters"]
+recipe = "default"
+workload = "all"  # "all" pools the workloads (median of per-workload cells)
+
+# %%
+from labkit import lab as labkit_lab
+from labkit import matrix
+
+lab = labkit_lab.start(globals())
+R = lab.recipe
+
+# %%
+lab.table("results-matrix", matrix.results_matrix(lab.client, workload=workload))
+
+# %%
+import pandas as pd
+
+lab.table("worksheet", pd.DataFrame(matrix.worksheet(lab.client, R)))

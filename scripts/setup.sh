@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Create or refresh the project's virtual environment and install labkit into it.
+#
+# Idempotent and cheap when nothing changed: a stamp in the venv records the hash of
+# everything that decides its contents, and llama-cpp-python's wheel is cached per
+# (version, CMake flags, Python, platform) so the ~7 minute native build happens once
+# per machine. pip's own wheel cache is bypassed for it on purpose: pip keys that cache
+# by version only and would silently reuse a wheel built with other flags.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+VENV=${LABKIT_VENV:-.venv}
+CACHE=${LABKIT_CACHE:-$HOME/.cache/labkit}
+LLAMA_VERSION=0.3.36
+if [ "$(uname -s)" = "Darwin" ]; then
+    # On Apple silicon the default build (Metal, native) is the right one.
+    DEFAULT_FLAGS=""
+else
+    # The default -march=native build segfaults in ggml's AMX matmul on CPUs that
+    # report AMX; these portable x86-64 flags work (shared/FACTS.md).
+    DEFAULT_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+fi
+LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS-$DEFAULT_FLAGS}
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+[ -x "$VENV/bin/python" ] || { log "creating $VENV"; "$PY" -m venv "$VENV"; }
+VPY="$VENV/bin/python"
+PYTAG=$("$VPY" -c 'import sys, platform; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')
+
+key=$(printf '%s|%s|%s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" "$PYTAG" | sha256sum | cut -c1-12)
+WHEEL_DIR="$CACHE/wheels/llama-cpp-python-$LLAMA_VERSION-$key"
+wheel=$(ls "$WHEEL_DIR"/llama_cpp_python-*.whl 2>/dev/null | head -n1 || true)
+if [ -z "$wheel" ]; then
+    log "building llama-cpp-python $LLAMA_VERSION with CMAKE_ARGS='$LLAMA_CMAKE_ARGS' (about 7 minutes on 2 cores)"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    "$VPY" -m pip download -q --no-binary :all: --no-deps "llama-cpp-python==$LLAMA_VERSION" -d "$tmp/sdist"
+    tar -xzf "$tmp"/sdist/llama_cpp_python-*.tar.gz -C "$tmp"
+    commit=$(cat "$tmp"/llama_cpp_python-*/.git/modules/vendor/llama.cpp/HEAD 2>/dev/null || echo unknown)
+    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" "$VPY" -m pip wheel -q --no-cache-dir --no-deps \
+        "$tmp"/sdist/llama_cpp_python-*.tar.gz -w "$tmp/wheel"
+    mkdir -p "$WHEEL_DIR"
+    "$VPY" - "$WHEEL_DIR/build.json" "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" "$commit" "$PYTAG" <<'PYEOF'
+import json, sys, time, platform
+path, version, flags, commit, pytag = sys.argv[1:]
+json.dump({"package": "llama-cpp-python", "version": version, "cmake_args": flags,
+           "llama_cpp_commit": commit.strip(), "python": pytag, "host": platform.node(),
+           "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+          open(path, "w"), indent=2)
+PYEOF
+    mv "$tmp"/wheel/llama_cpp_python-*.whl "$WHEEL_DIR/"
+    wheel=$(ls "$WHEEL_DIR"/llama_cpp_python-*.whl | head -n1)
+fi
+
+stamp_src=$(cat pyproject.toml requirements/constraints.txt "$WHEEL_DIR/build.json" scripts/setup.sh | sha256sum | cut -c1-16)
+if [ "$(cat "$VENV/.labkit-stamp" 2>/dev/null)" != "$stamp_src" ]; then
+    log "installing labkit and pinned dependencies into $VENV"
+    "$VPY" -m pip install -q --disable-pip-version-check -c requirements/constraints.txt \
+        "$wheel" -e ".[dev]"
+    mkdir -p "$VENV/share/labkit"
+    cp "$WHEEL_DIR/build.json" "$VENV/share/labkit/llama-build.json"
+    echo "$stamp_src" > "$VENV/.labkit-stamp"
+else
+    log "$VENV is up to date"
+fi

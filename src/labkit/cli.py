@@ -1,0 +1,52 @@
+"""``labkit <command>``: a thin dispatcher; each command is a module with
+``setup_arg_parser()`` and ``main(argv)`` (mlx-lm's layout)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from .errors import LabkitError
+
+COMMANDS = {
+    "models": "Prepare and list models with sha256",
+    "bench": "Measure verify(m) cost or speculative vs plain decoding",
+    "reproduce": "Run the notebooks under papermill, logged to MLflow",
+    "show": "Print what a [LAB: ...] ID points at",
+    "regen": "Regenerate a figure or table from its [LAB: ...] ID",
+    "worksheet": "The accounting worksheet, filled from logged runs",
+    "advise": "Recommended k per workload, from logged measurements",
+    "ui": "Start the MLflow UI on loopback",
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    rows = "\n".join(f"  {name:<{width}}  {text}" for name, text in COMMANDS.items())
+    return f"usage: labkit <command> [options]\n\ncommands:\n{rows}\n\nlabkit <command> --help for each."
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in COMMANDS:
+        print(f"labkit: unknown command {cmd!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"labkit.commands.{cmd}")
+    try:
+        return int(module.main(rest) or 0)
+    except LabkitError as e:
+        print(f"labkit {cmd}: error: {e.problem}", file=sys.stderr)
+        if e.fix:
+            print(f"  fix: {e.fix}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"labkit {cmd}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

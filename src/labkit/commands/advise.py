@@ -1,0 +1,31 @@
+"""``labkit advise``: the recommended k per workload (and "disable" where nothing wins),
+looked up from the newest logged k sweep of the recipe: the default becomes a lookup,
+not an opinion."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import tracking
+from ..matrix import advise
+from ..recipe import load
+from . import emit
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit advise", description=__doc__)
+    p.add_argument("--recipe", default=None, help="experiments/<name>.yaml or a path (default: default)")
+    p.add_argument("--workload", default=None, help="one workload (default: all measured)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sweep temperature to advise for (default 0)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    res = advise(tracking.client(), load(args.recipe), workload=args.workload, temperature=args.temperature)
+    for r in res["per_workload"]:
+        print(f"{r['workload']:<10} {r['recommend']:<16} ({r['speedup']:.2f}× measured) [{res['source']}]")
+    for g in res["global_default"] or []:
+        print(f"global default for {g['drafter']}: k={g['k']} (geometric-mean speedup {g['geomean_speedup']:.2f}×)")
+    emit(res)
+    return 0

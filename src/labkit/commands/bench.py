@@ -1,0 +1,128 @@
+"""``labkit bench verify|spec``: the two measurements everything else is built from.
+
+verify: verify(m) per m (median, range, all samples) and the plain step H, at a KV depth.
+spec:   plain vs speculative generation of one prompt: tok/s, speedup, acceptance by
+        position, mean accepted length, lossless check, gate events.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import bench, provenance, runtime
+from ..errors import LabkitError
+from ..recipe import load
+from . import emit, progress
+
+
+def parse_int_list(text: str) -> list[int]:
+    """``"1-8"``, ``"1,2,4"`` or ``"0-2,4"`` to a list of ints."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part.strip()[1:]:
+                lo, hi = part.split("-", 1)
+                out.extend(range(int(lo), int(hi) + 1))
+            else:
+                out.append(int(part))
+    except ValueError as e:
+        raise LabkitError(f"cannot read {text!r} as a list of integers", 'use e.g. "1-8" or "1,2,4"') from e
+    return out
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--recipe", default=None, help="experiments/<name>.yaml or a path (default: default)")
+    common.add_argument("--model", default=None, help="override the recipe's model (zoo name or .gguf path)")
+    common.add_argument("--engine", default=None, choices=["llama.cpp", "mlx"], help="override the engine")
+    common.add_argument("--threads", type=int, default=None, help="override the recipe's thread count")
+    v = sub.add_parser("verify", parents=[common], help="verify(m) cost sweep")
+    v.add_argument("--m", default=None, help='row counts, e.g. "1-8" (default: recipe verify_m)')
+    v.add_argument("--rounds", type=int, default=None, help="rounds over all m (default: recipe verify_rounds)")
+    v.add_argument("--kv-depth", type=int, default=None, help="KV cache depth (default: recipe kv_depth)")
+    s = sub.add_parser("spec", parents=[common], help="speculative vs plain generation")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workload", help="a workload under data/workloads (edit, prose_en, ...)")
+    src.add_argument("--prompt-file", help="a text file holding one prompt")
+    s.add_argument("--prompt-index", type=int, default=0, help="which prompt of the workload (default 0)")
+    s.add_argument("--k", type=int, required=True, help="draft length")
+    s.add_argument("--drafter", default="ngram", choices=["ngram", "model", "mtp"])
+    s.add_argument("--draft-model", default=None, help="draft model for --drafter model (zoo name or path)")
+    s.add_argument("--gate", type=float, default=None,
+                   help="acceptance gate threshold (default: $AS_SPEC_MIN_ACCEPT, else the recipe's, 0.60); 0 = off")
+    s.add_argument("--max-tokens", type=int, default=None)
+    s.add_argument("--runs", type=int, default=None, help="measured pairs after the cold pair (default: recipe runs)")
+    s.add_argument("--temperature", type=float, default=0.0)
+    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--records", action="store_true", help="include every step record in the JSON")
+    return p
+
+
+def _recipe(args):
+    r = load(args.recipe)
+    if args.model:
+        r.model, r.model_sha256 = args.model, None
+    if args.engine:
+        r.engine = args.engine
+    if args.threads:
+        r.threads = args.threads
+    if getattr(args, "draft_model", None):
+        r.draft_model, r.draft_model_sha256 = args.draft_model, None
+    return r.validate()
+
+
+def main(argv=None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    recipe = _recipe(args)
+    progress(f"loading {recipe.model} on {recipe.engine}")
+    with runtime.open_engine(recipe, load_mtp=getattr(args, "drafter", None) == "mtp") as engine:
+        if args.what == "verify":
+            res = bench.bench_verify(
+                engine,
+                m_values=parse_int_list(args.m) if args.m else recipe.verify_m,
+                rounds=args.rounds or recipe.verify_rounds,
+                kv_depth=args.kv_depth or recipe.kv_depth,
+                seed=recipe.seed,
+                progress=progress,
+            )
+        else:
+            res = _spec(args, recipe, engine)
+        res["provenance"] = provenance.collect(recipe=recipe, engine=engine)
+    emit(res)
+    return 0
+
+
+def _spec(args, recipe, engine) -> dict:
+    from ..workloads import load_prompt_file, load_workload
+
+    if args.k < 0:
+        raise LabkitError(f"--k {args.k} is negative", "use k >= 0 (0 measures plain decoding only)")
+    if args.workload:
+        prompts = load_workload(args.workload)
+        if not 0 <= args.prompt_index < len(prompts):
+            raise LabkitError(f"--prompt-index {args.prompt_index} is out of range",
+                              f"workload {args.workload} has {len(prompts)} prompts (0..{len(prompts) - 1})")
+        prompt = prompts[args.prompt_index]
+    else:
+        prompt = load_prompt_file(args.prompt_file)
+    ids = engine.tokenize(prompt.text)
+    max_tokens = args.max_tokens or recipe.max_tokens
+    engine.check_fits(len(ids) + max_tokens + args.k, what=f"prompt {prompt.id} ({len(ids)} tokens) + max_tokens")
+    drafter = runtime.make_drafter(args.drafter, recipe, engine) if args.k > 0 else None
+    try:
+        res = bench.bench_spec(
+            engine, ids, drafter=drafter, k=args.k, runs=args.runs or recipe.runs, max_tokens=max_tokens,
+            temperature=args.temperature, seed=recipe.seed if args.seed is None else args.seed,
+            make_gate=lambda: runtime.make_gate(recipe, args.gate), keep_records=args.records, progress=progress,
+        )
+    finally:
+        if drafter is not None:
+            drafter.close()
+    res["prompt"] = {"id": prompt.id, "workload": prompt.workload, "source": prompt.source}
+    g = runtime.make_gate(recipe, args.gate)
+    res["gate"] = {"threshold": g.threshold if g else 0.0, "window": recipe.gate_window,
+                   "probe_every": recipe.gate_probe_every}
+    return res

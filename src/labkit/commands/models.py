@@ -1,0 +1,38 @@
+"""``labkit models``: prepare the model zoo and list it with sha256 and provenance."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import models
+from . import emit, progress
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit models", description=__doc__)
+    p.add_argument("names", nargs="*", help="zoo names or .gguf paths (default: every zoo model)")
+    p.add_argument("--build", action="store_true", help="build every missing zoo model (default: list only)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the named models even if cached")
+    p.add_argument("--verify", action="store_true", help="recompute sha256 of the named models from their bytes")
+    return p
+
+
+def main(argv=None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    if not args.names:
+        if args.build:
+            progress("preparing every zoo model (embedded, derived, synthetic)")
+        emit({"models": models.list_models(build=args.build)})
+        return 0
+    rows = []
+    for name in args.names:
+        progress(f"preparing {name}")
+        art = models.get(name, rebuild=args.rebuild)
+        row = art.describe()
+        if args.verify:
+            actual = models.sha256_file(art.path)
+            row["verified"] = actual == art.sha256
+            row["sha256_actual"] = actual
+        rows.append(row)
+    emit({"models": rows})
+    return 0 if all(r.get("verified", True) for r in rows) else 1

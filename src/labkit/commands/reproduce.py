@@ -1,0 +1,58 @@
+"""``labkit reproduce``: run the notebooks with papermill, each one logged as an MLflow run.
+
+Writes executed notebooks and cell journals to a timestamped folder (runs/), prints the
+[LAB: ...] IDs produced, compares each run with the previous one of the same recipe, and
+exits 1 if any notebook failed (the failed run is marked FAILED, its records kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import LabkitError
+from ..reproduce import reproduce
+from . import emit, progress
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit reproduce", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recipe", default=None, help="experiments/<name>.yaml or a path (default: default)")
+    p.add_argument("--only", action="append", default=None,
+                   help="a notebook to run (e.g. 01_cost_fit or 01); repeatable")
+    p.add_argument("--out", default=None, help="output folder (default: runs/<timestamp>-<recipe>)")
+    p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=JSON",
+                   help="a notebook parameter (JSON value), e.g. -p verify_rounds=8; repeatable")
+    return p
+
+
+def parse_params(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise LabkitError(f"parameter {item!r} is not NAME=VALUE", "write e.g. -p verify_rounds=8")
+        k, v = item.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+def main(argv=None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    summary = reproduce(recipe=args.recipe, only=args.only, out_dir=args.out, params=parse_params(args.param),
+                        progress=progress)
+    for r in summary["results"]:
+        progress(f"{r['status']:8s} [{r['id']}] {r['notebook']}")
+        for p in r["produced"]:
+            if p["type"] != "cell":
+                progress(f"           [{p['id']}] {p['type']}")
+        comp = r.get("comparison")
+        if comp:
+            for m in comp["moved"]:
+                progress(f"  MOVED {m['metric']}: {m['previous']:.4g} -> {m['now']:.4g} (band ±{m['band']:.3g}, "
+                         f"{m['basis']}) vs [{comp['previous_id']}]")
+    emit(summary)
+    return 0 if summary["ok"] else 1

@@ -1,0 +1,217 @@
+"""The cost model: fit verify(m) ~ a + b*m, and price speculation with it.
+
+A step of k drafts costs D(k) + V(k+1) and yields E[accepted] + 1 tokens; plain
+decoding costs H per token. Speculation pays when (D + V(k+1)) / (accepted + 1) < H.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+
+def verify_frame(res: dict) -> pd.DataFrame:
+    """Long table of every verify sample: columns m, ms (from ``bench_verify``'s result)."""
+    rows = [(r["m"], v) for r in res["verify"] for v in r["values"]]
+    return pd.DataFrame(rows, columns=["m", "ms"])
+
+
+def per_m_table(res: dict) -> pd.DataFrame:
+    """verify(m): median and range per m, and the ratio to the plain step H."""
+    rows = [(r["m"], r["median"], r["min"], r["max"], r["n"]) for r in res["verify"]]
+    df = pd.DataFrame(rows, columns=["m", "median_ms", "min_ms", "max_ms", "n"])
+    h = res["H_ms"]["median"] if res.get("H_ms") else None
+    df["x_H"] = df["median_ms"] / h if h else None
+    return df
+
+
+@dataclass
+class LinearFit:
+    """OLS fit of ms = a + b*m (+ c*[m odd] when ``parity``), on every sample, with 95% CIs."""
+
+    a: float
+    b: float
+    a_ci: tuple[float, float]
+    b_ci: tuple[float, float]
+    r2: float
+    n: int
+    parity: float | None = None  # extra ms when m is odd (row-pair kernels), if fitted
+    parity_ci: tuple[float, float] | None = None
+    residual_by_m: dict | None = None  # median residual per m (ms)
+    cov: list | None = None  # covariance of the coefficients (for the line's confidence band)
+    t: float | None = None  # the t quantile used for the CIs
+
+    def band(self, m) -> tuple[np.ndarray, np.ndarray]:
+        """Pointwise confidence band of the fitted mean at ``m``."""
+        m = np.asarray(m, dtype=float)
+        X = np.column_stack([np.ones_like(m), m] + ([(m % 2 == 1).astype(float)] if self.parity is not None else []))
+        se = np.sqrt(np.einsum("ij,jk,ik->i", X, np.asarray(self.cov), X))
+        y = self.predict(m)
+        return y - self.t * se, y + self.t * se
+
+    def predict(self, m) -> np.ndarray:
+        m = np.asarray(m, dtype=float)
+        y = self.a + self.b * m
+        if self.parity is not None:
+            y = y + self.parity * (m % 2 == 1)
+        return y
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def fit_verify(df: pd.DataFrame, *, parity: bool = False, level: float = 0.95) -> LinearFit:
+    """Least squares on all samples; CIs from the t distribution of the coefficient errors."""
+    m = df["m"].to_numpy(float)
+    y = df["ms"].to_numpy(float)
+    cols = [np.ones_like(m), m] + ([(m % 2 == 1).astype(float)] if parity else [])
+    X = np.column_stack(cols)
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    resid = y - X @ beta
+    n, p = X.shape
+    dof = max(1, n - p)
+    s2 = float(resid @ resid) / dof
+    cov = s2 * np.linalg.pinv(X.T @ X)
+    se = np.sqrt(np.diag(cov))
+    t = stats.t.ppf(0.5 + level / 2, dof)
+    ci = [(float(b - t * s), float(b + t * s)) for b, s in zip(beta, se, strict=True)]
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float(resid @ resid) / ss_tot if ss_tot > 0 else 1.0
+    by_m = pd.Series(resid).groupby(m).median()
+    return LinearFit(
+        a=float(beta[0]), b=float(beta[1]), a_ci=ci[0], b_ci=ci[1], r2=r2, n=n,
+        parity=float(beta[2]) if parity else None, parity_ci=ci[2] if parity else None,
+        residual_by_m={int(k): float(v) for k, v in by_m.items()},
+        cov=cov.tolist(), t=float(t),
+    )
+
+
+def fit_table(fit: LinearFit) -> pd.DataFrame:
+    """The fit as a small table (term, estimate, CI) for logging and display."""
+    rows = [("a (ms)", fit.a, *fit.a_ci), ("b (ms per row)", fit.b, *fit.b_ci)]
+    if fit.parity is not None:
+        rows.append(("odd-m extra (ms)", fit.parity, *fit.parity_ci))
+    df = pd.DataFrame(rows, columns=["term", "estimate", "ci_low", "ci_high"])
+    df["r2"] = fit.r2
+    df["n"] = fit.n
+    return df
+
+
+# -- pricing speculation --------------------------------------------------------------
+@dataclass
+class VerifyModel:
+    """verify(m) as measured: the one-row step H on its own (its kernel is a matrix-vector
+    product), and a + b*m + c*[m odd] fitted on m >= 2 (row-pair kernels make odd m dearer)."""
+
+    H: float
+    fit: LinearFit
+
+    def V(self, m) -> np.ndarray:
+        m = np.asarray(m, dtype=float)
+        return np.where(m <= 1, self.H, self.fit.predict(m))
+
+    def to_dict(self) -> dict:
+        return {"H": self.H, "fit": self.fit.to_dict()}
+
+
+def fit_verify_model(samples: pd.DataFrame) -> VerifyModel:
+    h = float(samples.loc[samples["m"] == 1, "ms"].median())
+    multi = samples[samples["m"] >= 2]
+    return VerifyModel(H=h, fit=fit_verify(multi, parity=multi["m"].nunique() >= 3))
+
+
+def _ols(x, y):
+    X = np.column_stack([np.ones(len(x)), np.asarray(x, float)])
+    beta, *_ = np.linalg.lstsq(X, np.asarray(y, float), rcond=None)
+    return float(beta[0]), float(beta[1])
+
+
+def draft_cost(rows: pd.DataFrame) -> dict:
+    """D(k) = d0 + d1*k per drafter: least squares of draft ms per speculative step on k."""
+    out = {}
+    spec = rows[(rows["k"] > 0) & (~rows["cold"]) & (rows["steps"] > 0)]
+    for d, g in spec.groupby("drafter"):
+        per_step = g["draft_ms"] / g["steps"]
+        out[d] = _ols(g["k"], per_step) if g["k"].nunique() > 1 else (float(per_step.median()), 0.0)
+    return out
+
+
+def step_overhead(rows: pd.DataFrame) -> tuple[float, float]:
+    """o(m) = o0 + o1*(m-1): loop bookkeeping per step (argmax per row, rollback)."""
+    warm = rows[(~rows["cold"]) & (rows["steps"] > 0)]
+    m_mean = 1 + warm["drafted"] / warm["steps"]
+    return _ols(m_mean - 1, warm["accept_ms"] / warm["steps"])
+
+
+def acceptance_profile(rows: pd.DataFrame) -> dict:
+    """Per (drafter, workload, temperature), from the runs at the largest k: the conditional
+    acceptance alpha_i of draft position i, and P(draft length >= i+1) per step."""
+    out = {}
+    warm = rows[(~rows["cold"]) & (rows["k"] > 0)]
+    for key, g in warm.groupby(["drafter", "workload", "temperature"]):
+        top = g[g["k"] == g["k"].max()]
+        acc = np.sum(np.stack(top["acc_pos"].to_numpy()), axis=0)
+        tested = np.sum(np.stack(top["tested_pos"].to_numpy()), axis=0)
+        reach = np.sum(np.stack(top["drafts_reaching_pos"].to_numpy()), axis=0)
+        steps = top["steps"].sum()
+        kmax = int(top["k"].iloc[0])
+        alpha = np.where(tested[:kmax] > 0, acc[:kmax] / np.maximum(tested[:kmax], 1), 0.0)
+        out[key] = {"alpha": alpha.tolist(), "p_len_ge": (reach[:kmax] / steps).tolist(), "k_max": kmax}
+    return out
+
+
+def expected_step(profile: dict, k: int, vm: VerifyModel, d: tuple[float, float], o: tuple[float, float]) -> dict:
+    """Expected tokens and ms of one step at draft length k, from the acceptance profile."""
+    k = min(k, profile["k_max"])
+    alpha = np.asarray(profile["alpha"][:k])
+    p_ge = np.asarray(profile["p_len_ge"][:k])  # P(L >= i+1), i = 0..k-1
+    # P(draft length = j) for j = 0..k (capped at k)
+    p_len = np.empty(k + 1)
+    p_len[0] = 1 - (p_ge[0] if k else 0.0)
+    for j in range(1, k + 1):
+        p_len[j] = p_ge[j - 1] - (p_ge[j] if j < k else 0.0)
+    cum = np.concatenate([[1.0], np.cumprod(alpha)])  # P(first j drafts all accepted)
+    exp_acc = sum(p_len[j] * cum[1 : j + 1].sum() for j in range(k + 1))
+    m = np.arange(1, k + 2)
+    V = float((p_len * vm.V(m)).sum())
+    D = d[0] + d[1] * k if k > 0 else 0.0
+    ovh = o[0] + o[1] * float((p_len * (m - 1)).sum())
+    return {"tokens": 1 + exp_acc, "V_ms": V, "D_ms": D, "O_ms": ovh, "ms": V + D + ovh}
+
+
+def predict(cells: pd.DataFrame, rows: pd.DataFrame, vm: VerifyModel) -> pd.DataFrame:
+    """Predicted vs measured decode tok/s per cell, the error, and the dominant term.
+
+    A losing cell is explained by the inequality: cost per token (D + V(k+1) + o)/(accepted + 1)
+    against the plain step H + o; the dominating term is the larger of D and V per token.
+    """
+    prof = acceptance_profile(rows)
+    dc = draft_cost(rows)
+    o = step_overhead(rows)
+    plain = vm.H + o[0]
+    out = []
+    for c in cells.itertuples():
+        if c.k == 0:
+            e = {"tokens": 1.0, "V_ms": vm.H, "D_ms": 0.0, "O_ms": o[0], "ms": plain}
+        else:
+            key = (c.drafter, c.workload, c.temperature)
+            if key not in prof:
+                continue
+            e = expected_step(prof[key], c.k, vm, dc.get(c.drafter, (0.0, 0.0)), o)
+        pred = 1e3 * e["tokens"] / e["ms"]
+        per_tok = e["ms"] / e["tokens"]
+        term = None
+        if c.k > 0 and per_tok >= plain:
+            dv = {"draft D": e["D_ms"], "verify V(k+1)": e["V_ms"] - vm.H}
+            dom = max(dv, key=dv.get)
+            term = (f"{dom} dominates: (D {e['D_ms']:.1f} + V {e['V_ms']:.1f} ms) / {e['tokens']:.2f} tokens "
+                    f"= {per_tok:.1f} ms/token >= H {plain:.1f} ms")
+        out.append({"drafter": c.drafter, "workload": c.workload, "k": c.k, "temperature": c.temperature,
+                    "measured_tok_s": c.tok_s, "predicted_tok_s": pred,
+                    "error": pred / c.tok_s - 1 if c.tok_s else None,
+                    "pred_tokens_per_step": e["tokens"], "pred_D_ms": e["D_ms"], "pred_V_ms": e["V_ms"],
+                    "pred_ms_per_token": per_tok, "H_ms": plain, "losing_term": term})
+    return pd.DataFrame(out)

@@ -1,0 +1,108 @@
+"""The engine interface: a model over token ids, one sequence, a KV cache that can roll back.
+
+The speculative loop needs exactly this: append rows to the cache and get their
+logits (``decode``), forget a suffix (``rollback``), and say what it is (``describe``).
+Everything else (drafting, acceptance, statistics) is engine-agnostic.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import LabkitError
+
+
+class EngineError(LabkitError):
+    """The engine failed (decode error, crash, out of context)."""
+
+
+class Engine(abc.ABC):
+    """One model, one sequence. ``n_past`` tokens are in the cache at positions 0..n_past-1."""
+
+    name: str = "base"
+    n_past: int = 0
+    n_ctx: int = 0
+    n_vocab: int = 0
+
+    # -- the three operations the loop is built on ---------------------------------
+    @abc.abstractmethod
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> None:
+        """Append ``tokens`` at positions n_past.. and compute their logits.
+
+        ``all_logits=False`` computes only the last row (prefill); rows are then read
+        with :meth:`logits` (row indices count the rows that have logits).
+        Returns after the engine has synchronised, so a clock read right after is honest.
+        """
+
+    @abc.abstractmethod
+    def rollback(self, n_past: int) -> None:
+        """Drop cache positions >= ``n_past``."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict:
+        """Provenance: engine build and flags, threads, context, model sha256, residency."""
+
+    # -- token-level helpers ---------------------------------------------------------
+    @abc.abstractmethod
+    def logits(self, i: int = -1) -> np.ndarray:
+        """Logits of output row ``i`` of the last decode: a float32 view, valid until the next decode."""
+
+    @abc.abstractmethod
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]: ...
+
+    @abc.abstractmethod
+    def detokenize(self, tokens: Sequence[int]) -> str: ...
+
+    @abc.abstractmethod
+    def is_eog(self, token: int) -> bool: ...
+
+    @abc.abstractmethod
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry for ``token`` (used to fingerprint vocabularies)."""
+
+    def argmax(self, i: int = -1) -> int:
+        return int(np.argmax(self.logits(i)))
+
+    def reset(self) -> None:
+        self.rollback(0)
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free native resources."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def check_fits(self, n_tokens: int, *, what: str = "prompt") -> None:
+        """Refuse work that would overflow the context, before touching the cache."""
+        if self.n_past + n_tokens > self.n_ctx:
+            raise EngineError(
+                f"{what} needs {self.n_past + n_tokens} positions but the context holds {self.n_ctx}",
+                "shorten the prompt or max_tokens, or raise n_ctx in the recipe",
+            )
+
+    def vocab_fingerprint(self, *, stride: int = 257) -> str:
+        """A hash of the vocabulary size and a strided sample of token texts.
+
+        Two models whose fingerprints differ cannot draft for each other.
+        """
+        h = hashlib.sha256(str(self.n_vocab).encode())
+        if not getattr(self, "has_tokenizer", True):
+            return "no-tokenizer-" + h.hexdigest()[:8]
+        for t in range(0, self.n_vocab, stride):
+            h.update(self.token_text(t).encode("utf-8", "replace"))
+            h.update(b"\0")
+        return h.hexdigest()[:16]
+
+
+def top2_gap(logits: np.ndarray) -> tuple[int, int, float]:
+    """(top token, runner-up, logit gap) of one row; a small gap marks a numerical near-tie."""
+    idx = np.argpartition(logits, -2)[-2:]
+    a, b = (int(idx[1]), int(idx[0])) if logits[idx[1]] >= logits[idx[0]] else (int(idx[0]), int(idx[1]))
+    return a, b, float(logits[a] - logits[b])

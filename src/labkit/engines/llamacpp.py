@@ -1,0 +1,306 @@
+"""llama.cpp through llama-cpp-python's C API (not the high-level ``Llama`` class).
+
+Why the C API: ``Llama`` copies every row's logits into numpy and hides the verify
+step inside ``generate``. Here a verify of m rows is one explicit ``llama_decode`` of
+an m-row ``llama_batch``, logits are read as zero-copy numpy views of llama.cpp's own
+buffer (a 262k-entry row is never copied to argmax it), and the KV cache is rolled
+back with ``llama_memory_seq_rm``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import LabkitError, missing_extra
+from .base import Engine, EngineError
+
+FTYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q2_K": 10, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
+
+_LOG: deque[str] = deque(maxlen=200)  # llama.cpp's recent log lines, quoted in errors
+_log_cb = None  # keep the ctypes callback alive for the process lifetime
+_backend_ready = False
+
+
+def _lib():
+    try:
+        import llama_cpp
+    except ImportError as e:  # pragma: no cover - the default install has it
+        raise missing_extra("llama_cpp", "llama") from e
+    return llama_cpp
+
+
+def _init_backend() -> None:
+    """Initialise ggml once and route llama.cpp's logging into a ring buffer."""
+    global _backend_ready, _log_cb
+    if _backend_ready:
+        return
+    lc = _lib()
+
+    @lc.llama_log_callback
+    def _cb(level, text, user_data):  # noqa: ARG001
+        _LOG.append(text.decode("utf-8", "replace"))
+
+    _log_cb = _cb
+    if os.environ.get("LABKIT_LLAMA_LOG") != "stderr":
+        lc.llama_log_set(_log_cb, ctypes.c_void_p(0))
+    lc.llama_backend_init()
+    _backend_ready = True
+
+
+def recent_log(n: int = 15) -> str:
+    return "".join(list(_LOG)[-n:]).strip()
+
+
+def build_info() -> dict:
+    """How the installed llama-cpp-python was built (written by scripts/setup.sh)."""
+    lc = _lib()
+    info: dict = {"llama_cpp_python": lc.__version__}
+    path = Path(sys.prefix) / "share" / "labkit" / "llama-build.json"
+    if path.is_file():
+        info.update(json.loads(path.read_text()))
+    else:
+        info["cmake_args"] = "unknown: llama-cpp-python was not built by labkit's setup"
+    info["system_info"] = lc.llama_print_system_info().decode().strip()
+    info["gpu_offload_supported"] = bool(lc.llama_supports_gpu_offload())
+    return info
+
+
+class LlamaCppEngine(Engine):
+    """A llama.cpp model and context on one sequence.
+
+    ``load_mtp`` loads a model's nextn (MTP) layers, so that an MTP drafter can make a
+    second context on the same model (see ``labkit.mtp``).
+    """
+
+    name = "llama.cpp"
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        n_batch: int = 512,
+        load_mtp: bool = False,
+        artifact: dict | None = None,
+    ):
+        _init_backend()
+        lc = self._lc = _lib()
+        self.model_path = str(model_path)
+        if not Path(self.model_path).is_file():
+            raise LabkitError(f"model file not found: {self.model_path}", "run `labkit models` to build the zoo")
+        self.n_threads = n_threads or max(1, os.cpu_count() or 1)
+        self.n_gpu_layers = n_gpu_layers
+        self.load_mtp = load_mtp
+        self.artifact = artifact or {}
+        mp = lc.llama_model_default_params()
+        mp.n_gpu_layers = n_gpu_layers
+        mp.load_mtp = load_mtp
+        self.model = lc.llama_model_load_from_file(self.model_path.encode(), mp)
+        if not self.model:
+            raise EngineError(
+                f"llama.cpp could not load {self.model_path}: {recent_log(4) or 'no log'}",
+                "check that the file is a complete GGUF for an architecture this llama.cpp supports "
+                "(rebuild zoo models with `labkit models --rebuild NAME`)",
+            )
+        self.vocab = lc.llama_model_get_vocab(self.model)
+        self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
+        # Synthetic cost models carry no tokenizer (type "none"): llama.cpp asserts
+        # (kills the process) if asked to tokenize or name their tokens.
+        self.has_tokenizer = lc.llama_vocab_type(self.vocab) != lc.LLAMA_VOCAB_TYPE_NONE
+        self.n_batch = max(n_batch, 64)
+        cp = lc.llama_context_default_params()
+        cp.n_ctx = n_ctx
+        cp.n_batch = self.n_batch
+        cp.n_ubatch = self.n_batch
+        cp.n_seq_max = 1
+        cp.n_threads = self.n_threads
+        cp.n_threads_batch = self.n_threads
+        cp.no_perf = True
+        # Rolling back a verify must never need KV cells that a sliding-window cache
+        # already evicted (gemma-3 has SWA layers): keep the full-size SWA cache.
+        cp.swa_full = True
+        self._cparams = cp
+        self.ctx = lc.llama_init_from_model(self.model, cp)
+        if not self.ctx:
+            lc.llama_model_free(self.model)
+            raise EngineError(f"llama.cpp could not create a context: {recent_log(4)}", "lower n_ctx")
+        self.n_ctx = lc.llama_n_ctx(self.ctx)
+        self.mem = lc.llama_get_memory(self.ctx)
+        self.batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        # Fixed per-row fields are written once; token/pos/logits flags via numpy views.
+        for i in range(self.n_batch):
+            self.batch.n_seq_id[i] = 1
+            self.batch.seq_id[i][0] = 0
+        self._tok = np.ctypeslib.as_array(self.batch.token, shape=(self.n_batch,))
+        self._pos = np.ctypeslib.as_array(self.batch.pos, shape=(self.n_batch,))
+        self._out = np.ctypeslib.as_array(self.batch.logits, shape=(self.n_batch,))
+        self._rows = 0  # output rows of the last decode
+        self._row_index: list[int] = []  # output row -> batch index
+        self.n_past = 0
+        self.decode_hooks: list = []  # callables(tokens, first_pos) run after each decode (MTP)
+
+    # -- core ---------------------------------------------------------------------
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> None:
+        n = len(tokens)
+        if n == 0:
+            raise EngineError("decode called with no tokens", "this is a bug in the caller")
+        self.check_fits(n, what="this decode")
+        lc = self._lc
+        for off in range(0, n, self.n_batch):
+            chunk = tokens[off : off + self.n_batch]
+            m = len(chunk)
+            last_chunk = off + m == n
+            self._tok[:m] = chunk
+            self._pos[:m] = np.arange(self.n_past, self.n_past + m)
+            self._out[:m] = 1 if all_logits else 0
+            if not all_logits and last_chunk:
+                self._out[m - 1] = 1
+            self.batch.n_tokens = m
+            rc = lc.llama_decode(self.ctx, self.batch)
+            if rc != 0:
+                # Whatever this chunk wrote is not trusted: drop it so the cache stays consistent.
+                lc.llama_memory_seq_rm(self.mem, 0, self.n_past, -1)
+                raise EngineError(
+                    f"llama_decode returned {rc} at position {self.n_past} (chunk of {m} rows): "
+                    f"{recent_log(4) or 'no log'}",
+                    "if the context is full raise n_ctx; otherwise the engine failed: rerun, and report "
+                    "the log above if it persists",
+                )
+            self.n_past += m
+            for hook in self.decode_hooks:  # per chunk: only this chunk's outputs are readable now
+                hook(chunk, self.n_past - m)
+        lc.llama_synchronize(self.ctx)
+        self._rows = (n - (n - 1) // self.n_batch * self.n_batch) if all_logits else 1
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        if i < 0:
+            i += self._rows
+        if not 0 <= i < self._rows:
+            raise IndexError(f"logits row {i} of {self._rows}")
+        ptr = self._lc.llama_get_logits_ith(self.ctx, i if self._rows > 1 else -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def rollback(self, n_past: int) -> None:
+        if n_past < self.n_past:
+            ok = self._lc.llama_memory_seq_rm(self.mem, 0, n_past, -1)
+            if not ok:
+                raise EngineError(
+                    f"llama.cpp could not roll the KV cache back to position {n_past}",
+                    "this model's cache type cannot be partially erased; speculation needs one that can",
+                )
+        self.n_past = min(self.n_past, n_past)
+
+    # -- tokens ---------------------------------------------------------------------
+    def _need_tokenizer(self) -> None:
+        if not self.has_tokenizer:
+            raise EngineError(
+                f"{self.model_path} has no tokenizer (a synthetic cost model): it takes token ids only",
+                "use it for cost measurements (bench verify), not for text workloads or as a draft model",
+            )
+
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
+        self._need_tokenizer()
+        lc = self._lc
+        raw = text.encode("utf-8")
+        cap = len(raw) + 16
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_bos, True)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_bos, True)
+        return list(buf[: max(n, 0)])
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        self._need_tokenizer()
+        lc = self._lc
+        arr = (lc.llama_token * max(1, len(tokens)))(*tokens)
+        cap = 16 * len(tokens) + 64
+        out = ctypes.create_string_buffer(cap)
+        n = lc.llama_detokenize(self.vocab, arr, len(tokens), out, cap, False, False)
+        if n < 0:
+            out = ctypes.create_string_buffer(-n)
+            n = lc.llama_detokenize(self.vocab, arr, len(tokens), out, -n, False, False)
+        return out.raw[: max(n, 0)].decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._lc.llama_vocab_is_eog(self.vocab, token))
+
+    def token_text(self, token: int) -> str:
+        self._need_tokenizer()
+        t = self._lc.llama_vocab_get_text(self.vocab, token)
+        return t.decode("utf-8", "replace") if t else ""
+
+    # -- provenance -------------------------------------------------------------------
+    def describe(self) -> dict:
+        lc = self._lc
+        buf = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(self.model, buf, 256)
+        n_layer = lc.llama_model_n_layer(self.model)
+        offload = build_info()["gpu_offload_supported"]
+        on_acc = min(self.n_gpu_layers if self.n_gpu_layers >= 0 else n_layer, n_layer) if offload else 0
+        return {
+            "engine": self.name,
+            "build": build_info(),
+            "threads": self.n_threads,
+            "n_gpu_layers": self.n_gpu_layers,
+            "n_ctx": self.n_ctx,
+            "n_batch": self.n_batch,
+            "swa_full": True,
+            "model_path": self.model_path,
+            "model_desc": buf.value.decode(),
+            "model_size_bytes": int(lc.llama_model_size(self.model)),
+            "model_n_params": int(lc.llama_model_n_params(self.model)),
+            "n_layer": n_layer,
+            "n_vocab": self.n_vocab,
+            "model": self.artifact,
+            "residency": {
+                "layers_on_accelerator": on_acc,
+                "layers_on_host": n_layer - on_acc,
+                "note": "all weights and KV on the host" if on_acc == 0 else "partial/full offload as requested",
+            },
+        }
+
+    def close(self) -> None:
+        lc = self._lc
+        if getattr(self, "batch", None) is not None:
+            lc.llama_batch_free(self.batch)
+            self.batch = None
+        if getattr(self, "ctx", None):
+            lc.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            lc.llama_model_free(self.model)
+            self.model = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def quantize(src: Path, dst: Path, *, ftype: str, threads: int | None = None) -> dict:
+    """Make a variant of ``src`` with llama.cpp's own quantizer; returns what was done."""
+    _init_backend()
+    lc = _lib()
+    if ftype not in FTYPES:
+        raise LabkitError(f"unknown ftype {ftype!r}", f"use one of {', '.join(FTYPES)}")
+    params = lc.llama_model_quantize_default_params()
+    params.ftype = FTYPES[ftype]
+    params.allow_requantize = True
+    params.nthread = threads or (os.cpu_count() or 1)
+    rc = lc.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise EngineError(f"llama_model_quantize failed ({rc}): {recent_log(6)}", "check the source model")
+    return {"llama_cpp_python": lc.__version__, "ftype_id": FTYPES[ftype]}

@@ -1,0 +1,232 @@
+"""The decoding loop: a generator yielding one :class:`StepRecord` per step.
+
+Plain decoding is the same loop with k = 0 (one row per step), so baseline and
+speculative runs are timed and counted identically. Each speculative step:
+
+    draft   d_1..d_k            = drafter.propose(history, k)        (draft_ms)
+    verify  [t_last, d_1..d_k]  -> k+1 logit rows, one llama_decode  (verify_ms)
+    accept  the longest prefix the target agrees with, plus one target token
+    rollback the cache to drop the rows of rejected drafts
+
+Statistics, gates and cost fits are computed from the records (see ``stats``), except
+the acceptance gate, which must steer the loop and so reads each record as it is made.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .drafters import Draft, Drafter
+from .errors import LabkitError
+from .sampling import accept_or_resample, sample, softmax
+
+DEFAULT_GATE = 0.60
+DEFAULT_MAX_TOKENS = 128
+
+
+@dataclass
+class StepRecord:
+    step: int
+    mode: str  # "prefill" | "plain" | "spec" | "probe"
+    k: int  # draft length asked for
+    drafted: int  # draft length proposed (may be < k, or 0 when the drafter has nothing)
+    accepted: int
+    outcomes: list[int]  # per drafted position: 1 accepted, 0 rejected, -1 not tested
+    draft: list[int]  # the drafted tokens themselves
+    m: int  # rows decoded by the target this step
+    draft_ms: float
+    verify_ms: float
+    accept_ms: float  # choosing tokens, rollback, bookkeeping
+    tokens: list[int]  # emitted this step
+    from_draft: list[bool]
+    t_ms: float  # end of this step, ms since the generation began
+    gate: str | None = None  # gate event at this step, with its reason
+
+    @property
+    def step_ms(self) -> float:
+        return self.draft_ms + self.verify_ms + self.accept_ms
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class AcceptanceGate:
+    """Rolling acceptance gate: below ``threshold`` over the last ``window`` drafted
+    tokens, fall back to plain decoding; after ``probe_every`` plain tokens, try one
+    speculative step and reopen if it clears the threshold.
+    """
+
+    threshold: float = DEFAULT_GATE
+    window: int = 32
+    min_samples: int = 8
+    probe_every: int = 32
+    open: bool = True
+    _recent: deque = field(default_factory=deque)
+    _plain_since: int = 0
+
+    @classmethod
+    def from_env(cls, threshold: float | None = None, *, default: float = DEFAULT_GATE, **kw) -> AcceptanceGate:
+        """Threshold precedence: ``threshold`` (a command-line flag), then
+        ``$AS_SPEC_MIN_ACCEPT``, then ``default`` (the recipe's value, 0.60 unless set)."""
+        if threshold is None:
+            env = os.environ.get("AS_SPEC_MIN_ACCEPT")
+            try:
+                threshold = float(env) if env else default
+            except ValueError as e:
+                raise LabkitError(f"AS_SPEC_MIN_ACCEPT={env!r} is not a number", "set it to e.g. 0.6") from e
+        if not 0.0 <= threshold <= 1.0:
+            raise LabkitError(f"gate threshold {threshold} is outside [0, 1]", "use e.g. 0.6, or 0 to disable")
+        return cls(threshold=threshold, **kw)
+
+    def rate(self) -> float | None:
+        return sum(self._recent) / len(self._recent) if self._recent else None
+
+    def wants_probe(self) -> bool:
+        return not self.open and self._plain_since >= self.probe_every
+
+    def update(self, rec: StepRecord) -> str | None:
+        """Feed one record; returns the event text when the gate changes state."""
+        if rec.mode == "plain":
+            self._plain_since += len(rec.tokens)
+            return None
+        if rec.drafted == 0:
+            return None
+        # per drafted token: an untested draft position counts as not accepted
+        outcomes = [1 if o == 1 else 0 for o in rec.outcomes]
+        if rec.mode == "probe":
+            r = sum(outcomes) / len(outcomes)
+            self._plain_since = 0
+            if r >= self.threshold:
+                self.open = True
+                self._recent.clear()
+                self._recent.extend(outcomes)
+                return f"reopened: probe acceptance {r:.2f} >= {self.threshold:.2f}"
+            return None
+        self._recent.extend(outcomes)
+        while len(self._recent) > self.window:
+            self._recent.popleft()
+        r = self.rate()
+        if len(self._recent) >= self.min_samples and r < self.threshold:
+            self.open = False
+            self._plain_since = 0
+            return (
+                f"closed: rolling acceptance {r:.2f} < {self.threshold:.2f} "
+                f"over the last {len(self._recent)} drafted tokens"
+            )
+        return None
+
+
+def generate(
+    engine,
+    prompt: Sequence[int],
+    *,
+    drafter: Drafter | None = None,
+    k: int = 0,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    temperature: float = 0.0,
+    seed: int = 0,
+    gate: AcceptanceGate | None = None,
+    stop_at_eog: bool = True,
+) -> Iterator[StepRecord]:
+    """Decode ``prompt`` (token ids) for up to ``max_tokens`` tokens, yielding one record per step."""
+    if k < 0:
+        raise LabkitError(f"k = {k} is negative", "use k >= 0 (k = 0 is plain decoding)")
+    if k > 0 and drafter is None:
+        raise LabkitError(f"k = {k} needs a drafter", "pass --drafter ngram|model|mtp, or k = 0")
+    if temperature < 0:
+        raise LabkitError(f"temperature {temperature} is negative", "use 0 (greedy) or a positive value")
+    if not prompt:
+        raise LabkitError("the prompt is empty", "give at least one token")
+    engine.rollback(0)
+    engine.check_fits(len(prompt) + max_tokens + k, what=f"prompt ({len(prompt)} tokens) + max_tokens + k")
+    rng = np.random.default_rng(seed)
+    greedy = temperature == 0.0
+
+    def choose(row: int) -> int:
+        return engine.argmax(row) if greedy else sample(softmax(engine.logits(row), temperature), rng)
+
+    t_start = time.perf_counter()
+    engine.decode(list(prompt), all_logits=False)
+    t_pf = time.perf_counter()
+    if drafter is not None:
+        drafter.begin(prompt)  # e.g. a draft model's own prefill: part of time-to-first-token
+    t_dpf = time.perf_counter()
+    tok = choose(-1)
+    t_end = time.perf_counter()
+    history = list(prompt) + [tok]
+    emitted = 1
+    yield StepRecord(
+        0, "prefill", 0, 0, 0, [], [], len(prompt), (t_dpf - t_pf) * 1e3, (t_pf - t_start) * 1e3,
+        (t_end - t_dpf) * 1e3, [tok], [False], (t_end - t_start) * 1e3,
+    )
+    done = stop_at_eog and engine.is_eog(tok)
+    step = 0
+    while not done and emitted < max_tokens:
+        step += 1
+        mode = "plain"
+        kk = 0
+        if k > 0:
+            if gate is None or gate.open:
+                mode, kk = "spec", k
+            elif gate.wants_probe():
+                mode, kk = "probe", k
+        kk = min(kk, max_tokens - emitted)  # never verify rows that cannot be emitted
+        t0 = time.perf_counter()
+        draft = drafter.propose(history, kk, temperature=temperature, rng=rng) if kk > 0 else Draft([])
+        d = draft.tokens[:kk]
+        t1 = time.perf_counter()
+        base = engine.n_past
+        engine.decode([history[-1], *d], all_logits=True)
+        t2 = time.perf_counter()
+        out: list[int] = []
+        outcomes = [-1] * len(d)
+        n_acc = 0
+        for j, x in enumerate(d):
+            if greedy:
+                ok, t = (True, x) if engine.argmax(j) == x else (False, engine.argmax(j))
+            else:
+                q = draft.q[j] if draft.q is not None else None
+                ok, t = accept_or_resample(softmax(engine.logits(j), temperature), x, q, rng)
+            outcomes[j] = 1 if ok else 0
+            out.append(t)
+            if not ok:
+                break
+            n_acc += 1
+        if n_acc == len(d):
+            out.append(choose(len(d)))  # the bonus row after the last accepted draft
+        # cache now holds t_last + all d; keep t_last + accepted drafts
+        engine.rollback(base + 1 + n_acc)
+        from_draft = [True] * n_acc + [False]
+        if stop_at_eog:
+            for i, t in enumerate(out):
+                if engine.is_eog(t):
+                    out, from_draft, done = out[: i + 1], from_draft[: i + 1], True
+                    break
+        if emitted + len(out) > max_tokens:
+            out, from_draft = out[: max_tokens - emitted], from_draft[: max_tokens - emitted]
+        history.extend(out)
+        emitted += len(out)
+        t3 = time.perf_counter()
+        rec = StepRecord(
+            step, mode, kk, len(d), n_acc, outcomes, list(d), len(d) + 1, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+            (t3 - t2) * 1e3, out, from_draft, (t3 - t_start) * 1e3,
+        )
+        if gate is not None and k > 0:
+            rec.gate = gate.update(rec)
+        yield rec
+
+
+def run(engine, prompt: Sequence[int], **kw) -> list[StepRecord]:
+    """All records of one generation (see :func:`generate`)."""
+    return list(generate(engine, prompt, **kw))
+
+
+def tokens_of(records: Sequence[StepRecord]) -> list[int]:
+    return [t for r in records for t in r.tokens]

@@ -1,0 +1,104 @@
+"""Is speculative greedy output the plain greedy output? And if not, why not?
+
+Batched (m-row) and single-row CPU kernels quantise activations differently, so a
+verify row's logits differ from the plain step's by up to ~1 logit here (measured by
+``bench.kernel_noise``), and the argmax can flip where the top two are nearly tied.
+A divergence is never silently accepted. Given the step records of both runs, the
+row that decided the divergent position is recomputed exactly as each run computed
+it (same batches, same cache history: llama.cpp is deterministic for a fixed batch
+layout), and the report gives, at that position:
+
+- ``plain_gap``: plain row's logit of the plain token minus that of the speculative one
+- ``spec_gap``: the speculative row's logit of its token minus that of the plain one
+- ``noise_top``: the largest difference between the two rows over their top tokens
+
+It is a numerical near-tie when ``plain_gap`` is within what the kernels' disagreement
+at that very position can flip: ``plain_gap <= max(near_tie, 2 * noise_top)``, and
+never beyond ``MAX_NEAR_TIE``. A logic error (a wrong draft accepted) shows up as a
+gap of several logits and fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .engines.base import top2_gap
+
+DEFAULT_NEAR_TIE = 0.25  # logits: the floor of the near-tie band
+MAX_NEAR_TIE = 1.5  # logits: no divergence beyond this is called numerical
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return None if len(a) == len(b) else n
+
+
+def _tokens(x) -> list[int]:
+    if x and not isinstance(x[0], (int, np.integer)):
+        return [t for r in x for t in r.tokens]
+    return list(x)
+
+
+def divergence_report(engine, prompt: Sequence[int], plain, spec, *, near_tie: float = DEFAULT_NEAR_TIE) -> dict:
+    """Compare two greedy runs (step records, or token lists) and explain any divergence."""
+    a, b = _tokens(plain), _tokens(spec)
+    i = first_divergence(a, b)
+    if i is None:
+        return {"lossless": True, "identical": True, "divergence": None}
+    if i >= min(len(a), len(b)):
+        return {"lossless": False, "identical": False,
+                "divergence": {"index": i, "reason": "one output is a prefix of the other",
+                               "plain_len": len(a), "spec_len": len(b)}}
+    p_row = _replay(engine, prompt, plain, i)
+    top1, top2, gap12 = top2_gap(p_row)
+    plain_gap = float(p_row[a[i]] - p_row[b[i]])
+    div = {"index": i, "plain_token": int(a[i]), "spec_token": int(b[i]), "plain_top1": top1,
+           "plain_top2": top2, "top2_gap": gap12, "plain_gap": plain_gap}
+    band = near_tie
+    if spec and not isinstance(spec[0], (int, np.integer)):
+        s_row = _replay(engine, prompt, spec, i)
+        top = np.unique(np.concatenate([np.argsort(p_row)[-5:], np.argsort(s_row)[-5:]]))
+        noise = float(np.abs(s_row[top] - p_row[top]).max())
+        div.update(spec_gap=float(s_row[b[i]] - s_row[a[i]]), noise_top=noise)
+        band = max(near_tie, 2 * noise)
+    band = min(band, MAX_NEAR_TIE)
+    tie = 0 <= plain_gap <= band
+    div.update(near_tie=tie, near_tie_band=band)
+    engine.rollback(0)
+    return {"lossless": tie, "identical": False, "divergence": div}
+
+
+def _replay(engine, prompt, run, index: int) -> np.ndarray:
+    """The logits row that chose output ``index``, recomputed as the run computed it.
+
+    ``run`` is step records (every batch replayed exactly) or a token list (replayed as
+    plain decoding: prefill, then one row per token).
+    """
+    engine.rollback(0)
+    engine.decode(list(prompt), all_logits=False)
+    if index == 0:
+        return np.array(engine.logits(-1))
+    if run and isinstance(run[0], (int, np.integer)):
+        steps = [([], 1, 0, [t]) for t in run[1:]]  # plain: one row per token
+        hist = [run[0]]
+    else:
+        hist = list(run[0].tokens)
+        steps = [(r.draft, len(r.tokens), r.accepted, r.tokens) for r in run[1:]]
+    emitted = len(hist)
+    for drafts, n_out, n_acc, toks in steps:
+        base = engine.n_past
+        engine.decode([hist[-1], *drafts], all_logits=True)
+        if index < emitted + n_out:
+            row = np.array(engine.logits(index - emitted))
+            engine.rollback(0)
+            return row
+        engine.rollback(base + 1 + n_acc)
+        hist.extend(toks)
+        emitted += n_out
+    engine.rollback(0)
+    raise IndexError(f"output index {index} is beyond the replayed run")

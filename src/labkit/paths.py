@@ -1,0 +1,33 @@
+"""Where labkit keeps things: the project root, the model cache, the tracking store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def project_root() -> Path:
+    """The checkout labkit runs from (the folder holding pyproject.toml), else the cwd."""
+    env = os.environ.get("LABKIT_ROOT")
+    if env:
+        return Path(env).resolve()
+    for start in (Path.cwd(), Path(__file__).resolve().parent):
+        for d in (start, *start.parents):
+            if (d / "pyproject.toml").is_file() and (d / "src" / "labkit").is_dir():
+                return d
+    return Path.cwd()
+
+
+def cache_dir() -> Path:
+    """Models and built wheels: ``$LABKIT_CACHE`` or ``~/.cache/labkit``."""
+    d = Path(os.environ.get("LABKIT_CACHE", Path.home() / ".cache" / "labkit"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def data_dir() -> Path:
+    return project_root() / "data"
+
+
+def experiments_dir() -> Path:
+    return project_root() / "experiments"

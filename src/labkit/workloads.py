@@ -1,0 +1,112 @@
+"""Prompt workloads: named sets of completion prompts that stress speculation differently.
+
+``edit`` asks the model to copy a passage with one change (prompt-lookup drafting's best
+case), ``prose_en`` and ``prose_zh`` continue free text, ``code`` continues source, and
+``tool_json`` continues a JSON tool call. Each lives in ``data/workloads/<name>.jsonl``,
+one ``{"id", "prompt", "source", "note"}`` object per line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit.errors import LabkitError
+from labkit.paths import data_dir
+
+WORKLOADS = ("edit", "prose_en", "prose_zh", "code", "tool_json")
+_REQUIRED = ("id", "prompt", "source")
+_OPTIONAL = ("note",)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One completion prompt; ``text`` is fed to the model verbatim."""
+
+    id: str
+    workload: str
+    text: str
+    source: str
+    note: str = ""
+
+
+def workload_path(name: str) -> Path:
+    """Where the workload ``name`` is stored (the name is checked)."""
+    if name not in WORKLOADS:
+        raise LabkitError(f"unknown workload {name!r}", f"use one of {', '.join(WORKLOADS)}")
+    return data_dir() / "workloads" / f"{name}.jsonl"
+
+
+def _record(rec: object, *, workload: str, where: str) -> Prompt:
+    if not isinstance(rec, dict):
+        raise LabkitError(f"{where}: expected a JSON object", "one object per line")
+    missing = [k for k in _REQUIRED if k not in rec]
+    unknown = sorted(set(rec) - set(_REQUIRED) - set(_OPTIONAL))
+    if missing or unknown:
+        raise LabkitError(
+            f"{where}: missing keys {missing}, unknown keys {unknown}",
+            f"each line needs {list(_REQUIRED)} and may have {list(_OPTIONAL)}",
+        )
+    for key in (*_REQUIRED, *_OPTIONAL):
+        if key in rec and not isinstance(rec[key], str):
+            raise LabkitError(f"{where}: {key!r} must be a string")
+    if not rec["prompt"].strip():
+        raise LabkitError(f"{where}: the prompt is empty")
+    return Prompt(id=rec["id"], workload=workload, text=rec["prompt"], source=rec["source"],
+                  note=rec.get("note", ""))
+
+
+def _read_jsonl(path: Path, *, workload: str, first_only: bool = False) -> list[Prompt]:
+    prompts: list[Prompt] = []
+    seen: set[str] = set()
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise LabkitError(f"{where}: not valid JSON ({e.msg})", "one JSON object per line") from e
+        prompt = _record(rec, workload=workload, where=where)
+        if prompt.id in seen:
+            raise LabkitError(f"{where}: duplicate prompt id {prompt.id!r}")
+        seen.add(prompt.id)
+        prompts.append(prompt)
+        if first_only:
+            break
+    if not prompts:
+        raise LabkitError(f"{path} holds no prompts")
+    return prompts
+
+
+def load_workload(name: str, *, limit: int | None = None) -> list[Prompt]:
+    """The prompts of workload ``name`` in file order, the first ``limit`` if given."""
+    path = workload_path(name)
+    if limit is not None and limit < 1:
+        raise LabkitError(f"limit must be at least 1, got {limit}")
+    if not path.is_file():
+        raise LabkitError(f"workload file not found: {path}", "check the checkout's data/ folder")
+    return _read_jsonl(path, workload=name)[:limit]
+
+
+def load_prompt_file(path: str | Path) -> Prompt:
+    """A user's own prompt: a ``.txt`` file is one prompt, verbatim (a trailing newline is
+    kept, since it changes what the model sees); a ``.jsonl`` gives its first record."""
+    path = Path(path)
+    if not path.is_file():
+        raise LabkitError(f"prompt file not found: {path}")
+    if path.suffix == ".txt":
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise LabkitError(f"{path}: the prompt file is empty")
+        return Prompt(id=path.stem, workload="file", text=text, source=str(path))
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path, workload="file", first_only=True)[0]
+    raise LabkitError(f"unsupported prompt file {path.name!r}",
+                      "use a .txt file (one prompt) or a .jsonl file (its first record is used)")
+
+
+def all_workloads(*, limit: int | None = None) -> dict[str, list[Prompt]]:
+    """Every workload by name, in ``WORKLOADS`` order."""
+    return {name: load_workload(name, limit=limit) for name in WORKLOADS}

