@@ -94,7 +94,7 @@ if not rep.empty:
 ver = bench.bench_verify(engine, m_values=range(1, max(R.k) + 2), rounds=16, kv_depth=R.kv_depth, seed=R.seed)
 vm = costmodel.fit_verify_model(costmodel.verify_frame(ver))
 pred = costmodel.predict(cells, rows, vm)
-lab.table("predicted-vs-measured", pred)
+lab.table("cost-model", pred)
 within = float((pred["error"].abs() <= 0.10).mean())
 lab.metric("costmodel.within_10pct", within)
 lab.figure("predicted_vs_measured", pred[pred["temperature"] == 0], name="predicted-vs-measured")

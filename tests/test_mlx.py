@@ -28,7 +28,8 @@ from labkit.recipe import load as load_recipe  # noqa: E402
 from labkit.workloads import WORKLOADS, load_workload  # noqa: E402
 
 N_CTX = 2048
-MAX = 32
+MAX = 24
+N_CROSS = 32  # greedy tokens compared across engines
 DRAFT = "gemma-3-270m-q4_0"  # same weights requantised: a draft that is sometimes wrong
 
 
@@ -149,14 +150,17 @@ def test_verify_rows_match_single_rows_and_rollback_is_exact(mlx_engine):
     e.rollback(0)
 
 
+DEPTH = 530  # past gemma3's 512-position sliding window
+
+
 def test_rollback_past_the_sliding_window_matches_llamacpp(engine, mlx_engine):
     """Beyond 512 positions gemma3's own RotatingKVCache could not trim; the full cache can,
     and the window is still applied (the prefill row agrees with llama.cpp's)."""
     text = " ".join(p.text for p in load_workload("prose_en"))
     ids = engine.tokenize(text)
-    while len(ids) < 600:
+    while len(ids) < DEPTH:
         ids += ids[1:]
-    ids = ids[:600]
+    ids = ids[:DEPTH]
     e = mlx_engine
     e.rollback(0)
     e.decode(ids, all_logits=False)
@@ -169,9 +173,9 @@ def test_rollback_past_the_sliding_window_matches_llamacpp(engine, mlx_engine):
     top = np.argsort(ref)[-5:]
     assert np.abs(row[top] - ref[top]).max() < MAX_NEAR_TIE
     e.decode([1000, 2000, 3000], all_logits=True)
-    e.rollback(600)
-    assert e.n_past == 600 and all(c.offset == 600 for c in e.cache)
-    e.rollback(599)
+    e.rollback(DEPTH)
+    assert e.n_past == DEPTH and all(c.offset == DEPTH for c in e.cache)
+    e.rollback(DEPTH - 1)
     e.decode(ids[-1:])
     assert np.abs(np.asarray(e.logits(-1)) - row).max() < 1e-2
     e.rollback(0)
@@ -261,8 +265,9 @@ def test_greedy_tokens_agree_with_llamacpp(engine, mlx_engine, workload):
     """Same GGUF weights on two engines: same greedy tokens, or a first divergence where
     both engines' own logit gaps are within the near-tie cap (not a conversion error)."""
     ids = engine.tokenize(load_workload(workload)[0].text)
-    rep = cross_engine_agreement(engine, mlx_engine, ids, n=MAX)
-    assert rep["prefill_top_diff"] < MAX_NEAR_TIE, rep
+    rep = cross_engine_agreement(engine, mlx_engine, ids, n=N_CROSS)
+    # a wrong conversion (e.g. the norm +1 applied twice) moves top logits by many units
+    assert rep["max_top_diff"] < MAX_NEAR_TIE, rep
     if not rep["identical"]:
         d = rep["divergence"]
         assert 0 <= d["ref_gap"] <= MAX_NEAR_TIE and 0 <= d["other_gap"] <= MAX_NEAR_TIE, rep

@@ -90,32 +90,43 @@ def test_shipped_expected_answers_score_correct():
 
 
 def test_few_shot_tools_are_not_in_the_suite():
-    shot_tools = {tool["name"] for tools, _, _ in ts.EXAMPLES for tool in tools}
+    shots = ts.load_tasks(ts.examples_path())
+    shot_tools = {tool["name"] for ex in shots for tool in ex.tools}
     suite_tools = {tool["name"] for t in ts.load_tasks() for tool in t.tools}
     assert shot_tools and not shot_tools & suite_tools
-    assert any(ans == ts.NULL_CALL for _, _, ans in ts.EXAMPLES)
+    assert {ex.category for ex in shots} == set(ts.CATEGORIES)
 
 
-def test_prompt_shows_tools_and_request_and_ends_at_call():
+def test_prompt_shows_examples_tools_and_request_and_ends_at_call():
     t = ts.load_tasks()[0]
     prompt = ts.build_prompt(t)
     assert prompt.endswith(f"Request: {t.request}\nCall:")
     for tool in t.tools:
         assert ts.render_tool(tool) in prompt
-    # Each worked example's answer is exactly one line, so STOP ends a well-formed answer.
-    for _, _, ans in ts.EXAMPLES:
-        line = json.dumps(ans)
-        assert f"Call: {line}\n" in prompt
+    # Each worked answer is exactly one line, so STOP ends a well-formed answer.
+    for ex in ts.load_tasks(ts.examples_path()):
+        line = json.dumps(ex.expected)
+        assert f"Request: {ex.request}\nCall: {line}\n" in prompt
         assert ts.STOP not in line
 
 
+def test_prompt_with_own_examples():
+    shot = task(id="s-1", request="Weather in Oslo?",
+                expected={"name": "get_weather", "arguments": {"city": "Oslo"}})
+    prompt = ts.build_prompt(task(), examples=[shot])
+    tools = "Tools:\n" + ts.render_tool(WEATHER)
+    assert prompt.endswith(
+        f'{tools}\nRequest: Weather in Oslo?\nCall: {{"name": "get_weather", "arguments": {{"city": "Oslo"}}}}'
+        f"\n\n{tools}\nRequest: Weather in Lisbon?\nCall:")
+
+
 def test_render_tool_marks_optional_defaults_and_nesting():
-    weather = ts.render_tool(WEATHER)
-    assert weather.startswith("- get_weather(city: string, unit?: ")
-    assert '"celsius" | "fahrenheit" = "celsius"' in weather
-    assert weather.endswith("Get the current weather for a city.")
-    assert '"items": list of {"sku": string, "quantity": integer}' in ts.render_tool(ORDER).replace(
-        "items: list", '"items": list')
+    assert ts.render_tool(WEATHER) == (
+        '- get_weather(city: string, unit?: "celsius" | "fahrenheit" = "celsius"): '
+        "Get the current weather for a city.")
+    assert ts.render_tool(ORDER) == (
+        '- place_order(items: list of {"sku": string, "quantity": integer}, express?: boolean): '
+        "Order products.")
 
 
 # --- loading errors -----------------------------------------------------------------

@@ -260,7 +260,8 @@ def start(namespace: dict | None = None, *, notebook: str | None = None) -> Lab:
     """Begin (or resume under papermill) the provenance session of this notebook run."""
     global _SESSION
     ip = _ipython()
-    history = list(ip.history_manager.input_hist_raw[1:]) if ip is not None else []
+    # input_hist_raw[0] is a placeholder and its last entry is the cell running start() now
+    history = list(ip.history_manager.input_hist_raw[1:-1]) if ip is not None else []
     names = [n for src in history for n in _assigned_names(src)]
     ns = namespace or {}
     params = {n: ns[n] for n in dict.fromkeys(names) if n in ns and _jsonable(ns[n])}

@@ -134,8 +134,13 @@ def generate(
     seed: int = 0,
     gate: AcceptanceGate | None = None,
     stop_at_eog: bool = True,
+    stop_tokens: frozenset[int] | set[int] = frozenset(),
 ) -> Iterator[StepRecord]:
-    """Decode ``prompt`` (token ids) for up to ``max_tokens`` tokens, yielding one record per step."""
+    """Decode ``prompt`` (token ids) for up to ``max_tokens`` tokens, yielding one record per step.
+
+    Generation ends after an end-of-generation token (``stop_at_eog``) or any token in
+    ``stop_tokens``, which is emitted and ends the output, as in plain decoding.
+    """
     if k < 0:
         raise LabkitError(f"k = {k} is negative", "use k >= 0 (k = 0 is plain decoding)")
     if k > 0 and drafter is None:
@@ -166,7 +171,10 @@ def generate(
         0, "prefill", 0, 0, 0, [], [], len(prompt), (t_dpf - t_pf) * 1e3, (t_pf - t_start) * 1e3,
         (t_end - t_dpf) * 1e3, [tok], [False], (t_end - t_start) * 1e3,
     )
-    done = stop_at_eog and engine.is_eog(tok)
+    def stops(t: int) -> bool:
+        return (stop_at_eog and engine.is_eog(t)) or t in stop_tokens
+
+    done = stops(tok)
     step = 0
     while not done and emitted < max_tokens:
         step += 1
@@ -204,11 +212,10 @@ def generate(
         # cache now holds t_last + all d; keep t_last + accepted drafts
         engine.rollback(base + 1 + n_acc)
         from_draft = [True] * n_acc + [False]
-        if stop_at_eog:
-            for i, t in enumerate(out):
-                if engine.is_eog(t):
-                    out, from_draft, done = out[: i + 1], from_draft[: i + 1], True
-                    break
+        for i, t in enumerate(out):
+            if stops(t):
+                out, from_draft, done = out[: i + 1], from_draft[: i + 1], True
+                break
         if emitted + len(out) > max_tokens:
             out, from_draft = out[: max_tokens - emitted], from_draft[: max_tokens - emitted]
         history.extend(out)

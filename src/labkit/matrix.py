@@ -159,7 +159,7 @@ def worksheet(c, recipe) -> list[dict]:
         sid = run.data.tags.get("lab.id")
         cells = load_table(c, run, "sweep-cells")
         try:
-            pred = load_table(c, run, "predicted-vs-measured")
+            pred = load_table(c, run, "cost-model")
         except LabkitError:
             pred = None
         base = cells[(cells["k"] == 0) & (cells["temperature"] == 0)]

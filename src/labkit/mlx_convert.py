@@ -301,37 +301,44 @@ def resolve_mlx_model(name_or_path: str, *, expected_sha256: str | None = None,
 def cross_engine_agreement(ref, other, prompt: list[int], *, n: int = 32) -> dict:
     """Greedy-decode ``n`` tokens of ``prompt`` on two engines and compare them.
 
-    At the first divergence each engine's own plain-decoding row is replayed, and the
-    gap is its logit of its own token minus that of the other engine's token (>= 0 by
-    construction: a small gap on both sides is a near-tie, not a conversion error).
-    ``prefill_top_diff`` is the largest logit difference over the union of both
-    engines' top-5 tokens on the prefill row.
+    Both decode plainly (prefill, then one row per token: the loop's k = 0 path) and
+    keep every logits row, so the first divergence is explained without a replay: each
+    engine's gap is its logit of its own token minus that of the other engine's token
+    (>= 0 by construction; small on both sides is a near-tie, not a conversion error).
+    ``top_diff`` is the largest logit difference over the union of both engines' top-5
+    tokens, per position along the agreed prefix (``[0]`` is the prefill row).
     """
-    from .loop import run, tokens_of
-    from .lossless import divergence_report
+    from .lossless import first_divergence
 
-    a = tokens_of(run(ref, prompt, max_tokens=n, stop_at_eog=False))
-    ra = np.array(_prefill_row(ref, prompt))
-    b = tokens_of(run(other, prompt, max_tokens=n, stop_at_eog=False))
-    rb = np.array(_prefill_row(other, prompt))
-    top = np.unique(np.concatenate([np.argsort(ra)[-5:], np.argsort(rb)[-5:]]))
-    out = {"n": n, "prompt_tokens": len(prompt), "prefill_top_diff": float(np.abs(ra[top] - rb[top]).max())}
-    ref_rep = divergence_report(ref, prompt, a, b)
-    if ref_rep["divergence"] is None:
-        return {**out, "agreed": n, "identical": True, "divergence": None}
-    d = ref_rep["divergence"]
-    i = d["index"]
-    other_rep = divergence_report(other, prompt, b, a)["divergence"]
-    return {**out, "agreed": i, "identical": False, "divergence": {
-        "index": i, "ref_token": int(a[i]), "other_token": int(b[i]),
-        "ref_gap": d["plain_gap"], "other_gap": other_rep["plain_gap"],
-        "ref_top2_gap": d["top2_gap"], "other_top2_gap": other_rep["top2_gap"],
-    }}
+    a, ra = _greedy_rows(ref, prompt, n)
+    b, rb = _greedy_rows(other, prompt, n)
+    i = first_divergence(a, b)
+    agreed = n if i is None else i
+    top_diff = []
+    for j in range(min(agreed + 1, n)):
+        top = np.unique(np.concatenate([np.argpartition(ra[j], -5)[-5:], np.argpartition(rb[j], -5)[-5:]]))
+        top_diff.append(float(np.abs(ra[j][top] - rb[j][top]).max()))
+    out = {"n": n, "prompt_tokens": len(prompt), "agreed": agreed, "identical": i is None,
+           "prefill_top_diff": top_diff[0], "max_top_diff": max(top_diff), "divergence": None}
+    if i is not None:
+        ta, tb = a[i], b[i]
+        out["divergence"] = {
+            "index": i, "ref_token": ta, "other_token": tb,
+            "ref_gap": float(ra[i][ta] - ra[i][tb]), "other_gap": float(rb[i][tb] - rb[i][ta]),
+            "ref_tokens_after": a[i:], "other_tokens_after": b[i:],
+        }
+    return out
 
 
-def _prefill_row(engine, prompt: list[int]) -> np.ndarray:
+def _greedy_rows(engine, prompt: list[int], n: int) -> tuple[list[int], list[np.ndarray]]:
     engine.rollback(0)
     engine.decode(list(prompt), all_logits=False)
-    row = np.array(engine.logits(-1), copy=True)
+    toks, rows = [], []
+    while True:
+        rows.append(np.array(engine.logits(-1), copy=True))
+        toks.append(int(np.argmax(rows[-1])))
+        if len(toks) == n:
+            break
+        engine.decode([toks[-1]])
     engine.rollback(0)
-    return row
+    return toks, rows

@@ -25,7 +25,9 @@ REL_TOL = 0.05  # a metric without a recorded range is flagged beyond 5% change
 
 
 def notebooks_dir() -> Path:
-    return project_root() / "notebooks"
+    """``$LABKIT_NOTEBOOKS`` or the project's notebooks/."""
+    env = os.environ.get("LABKIT_NOTEBOOKS")
+    return Path(env) if env else project_root() / "notebooks"
 
 
 def discover(only: list[str] | None = None, recipe=None) -> list[Path]:
@@ -95,6 +97,7 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
     t0 = time.perf_counter()
     if progress:
         progress(f"{nb.stem}: running as [{lab}]")
+    interrupted = None
     try:
         pm.execute_notebook(str(nb), str(executed), parameters=params, progress_bar=False,
                             cwd=str(nb.parent), kernel_name="python3")
@@ -102,6 +105,8 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
         status, error = "FAILED", f"cell {e.exec_count}: {e.ename}: {e.evalue}"
     except Exception as e:  # kernel death, missing kernel, ...: the run is still closed as FAILED
         status, error = "FAILED", f"{type(e).__name__}: {e}"
+    except BaseException as e:  # Ctrl-C / SIGTERM: close the run as KILLED, keep its records, re-raise
+        status, error, interrupted = "KILLED", f"interrupted ({type(e).__name__})", e
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
@@ -117,6 +122,8 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
         c.log_metric(rid, "lab.seconds", seconds)
     finally:
         c.set_terminated(rid, status)
+    if interrupted is not None:
+        raise interrupted
     produced = _produced(journal)
     if progress:
         progress(f"{nb.stem}: {status} in {seconds:.0f} s" + (f" ({error})" if error else ""))

@@ -1,18 +1,17 @@
-"""The tool-calling suite: load the tasks, build few-shot completion prompts, score answers.
+"""The tool-calling suite: load tasks, build few-shot completion prompts, score answers.
 
-The answer convention, shared by the prompt and the scorer: the model writes one JSON
-object on one line, ``{"name": <tool>, "arguments": {...}}``. When no offered tool fits
-the request it writes ``{"name": null}`` (an ``"arguments"`` key is tolerated there only
-if it is an empty object). Generation stops at ``STOP``, the end of that line.
-
-Generation itself is not done here: a caller renders ``build_prompt(task)``, decodes
-until ``STOP`` with any engine, and hands the text to ``score_task``.
+Answer convention, shared by prompt and scorer: the model writes one JSON object on one
+line, ``{"name": <tool>, "arguments": {...}}``, or ``{"name": null}`` when no offered
+tool fits (an ``"arguments"`` key is tolerated there only if empty). Generation stops at
+``STOP``. Decoding is the caller's: render ``build_prompt(task)``, decode greedily until
+``STOP`` with any engine, and hand the text to ``score_task``.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,17 +21,24 @@ from labkit.paths import data_dir
 CATEGORIES = ("single", "choose", "nested", "exact", "none")
 CRITERIA = ("parsed", "valid", "right_tool", "right_args", "correct")
 STOP = "\n"
-MAX_TOKENS = 120  # the longest expected call in the suite is ~70 tokens
+MAX_TOKENS = 120  # the longest expected call in the suite is about 75 tokens
 NULL_CALL = {"name": None}
 
-# The JSON Schema subset the validator understands; load_tasks rejects anything else so
-# that a schema never silently means more than the scorer checks.
-SCHEMA_KEYWORDS = frozenset(
-    {"type", "properties", "required", "items", "enum", "additionalProperties",
-     "description", "default"}
-)
-_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
-
+# The JSON Schema subset the validator implements; load_tasks refuses anything else so a
+# schema never silently means more than the scorer checks.
+SCHEMA_KEYWORDS = frozenset({"type", "properties", "required", "items", "enum",
+                             "additionalProperties", "description", "default"})
+_TYPE_CHECKS = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    # JSON Schema counts 3.0 as an integer; bool is an int subclass in Python, not in JSON.
+    "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool))
+    or (isinstance(v, float) and v.is_integer()),
+}
 _TASK_KEYS = {"id", "category", "tools", "request", "expected", "note"}
 
 
@@ -80,35 +86,34 @@ def _type(schema: dict) -> str:
     if "enum" in schema:
         return " | ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
     if "properties" in schema:
-        return "{" + ", ".join(_param(k, sub, schema, quote=True)
-                               for k, sub in schema["properties"].items()) + "}"
+        return "{" + _params(schema, quote=True) + "}"
     if schema.get("type") == "array":
         return "list of " + _type(schema.get("items", {}))
     t = schema.get("type", "any")
     return t if isinstance(t, str) else " | ".join(t)
 
 
-def _param(name: str, sub: dict, parent: dict, *, quote: bool) -> str:
-    # Nested keys are shown quoted because the model copies them into its JSON as shown.
-    key = json.dumps(name) if quote else name
-    optional = "" if name in parent.get("required", []) else "?"
-    text = f"{key}{optional}: {_type(sub)}"
-    if "default" in sub:
-        text += f" = {json.dumps(sub['default'], ensure_ascii=False)}"
-    if "description" in sub:
-        text += f" ({sub['description']})"
-    return text
+def _params(schema: dict, *, quote: bool) -> str:
+    parts = []
+    for name, sub in schema.get("properties", {}).items():
+        # Nested keys are shown quoted: the model copies keys into its JSON as shown.
+        key = json.dumps(name) if quote else name
+        text = f"{key}{'' if name in schema.get('required', []) else '?'}: {_type(sub)}"
+        if "default" in sub:
+            text += f" = {json.dumps(sub['default'], ensure_ascii=False)}"
+        if "description" in sub:
+            text += f" ({sub['description']})"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 def render_tool(tool: dict) -> str:
     """One line per tool, as a typed signature.
 
-    Raw JSON Schema is what the 270M base model was worst at: it echoed the schema back
-    as the arguments (greedy score 0.04 against ~0.3 for signatures on the same tasks).
+    Shown raw JSON Schema, the 270M base model echoed the schema back as its arguments
+    (greedy score 0.04 on this suite, against about 0.3 with signatures).
     """
-    params = tool["parameters"]
-    args = ", ".join(_param(k, sub, params, quote=False) for k, sub in params["properties"].items())
-    return f"- {tool['name']}({args}): {tool['description']}"
+    return f"- {tool['name']}({_params(tool['parameters'], quote=False)}): {tool['description']}"
 
 
 def _block(tools: tuple[dict, ...], request: str) -> str:
@@ -128,9 +133,9 @@ def _examples(path: str) -> tuple[Task, ...]:
 def build_prompt(task: Task, *, examples: list[Task] | None = None) -> str:
     """The few-shot completion prompt for ``task``; the model continues after ``Call:``.
 
-    ``examples`` defaults to ``data/toolsuite/examples.jsonl``: worked examples whose
-    tools appear nowhere in the suite (a test checks), three of which decline, since a
-    small model shown none calls some tool for every request.
+    ``examples`` defaults to ``data/toolsuite/examples.jsonl``, worked examples whose tools
+    appear nowhere in the suite. Three of them decline: with one fewer the model declined
+    on at most 1 of the 10 ``none`` tasks instead of 8.
     """
     if examples is None:
         examples = _examples(str(examples_path()))
@@ -141,25 +146,12 @@ def build_prompt(task: Task, *, examples: list[Task] | None = None) -> str:
 
 # --- schema validation --------------------------------------------------------------
 
-def _is_type(value: object, type_: str) -> bool:
-    if type_ == "integer":
-        # JSON does not tell 3 from 3.0 apart in meaning; JSON Schema accepts both.
-        return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer())
-    if type_ == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    expected = {"object": dict, "array": list, "string": str, "boolean": bool,
-                "null": type(None)}[type_]
-    return isinstance(value, expected)
-
-
 def validate(value: object, schema: dict, *, where: str = "arguments") -> str | None:
     """The first way ``value`` breaks ``schema`` (the ``SCHEMA_KEYWORDS`` subset), else None."""
     types = schema.get("type")
-    if types is not None:
-        types = [types] if isinstance(types, str) else types
-        if not any(_is_type(value, t) for t in types):
-            return f"{where}: expected {'/'.join(types)}, got {type(value).__name__}"
+    types = [types] if isinstance(types, str) else types
+    if types and not any(_TYPE_CHECKS[t](value) for t in types):
+        return f"{where}: expected {'/'.join(types)}, got {type(value).__name__}"
     if "enum" in schema and value not in schema["enum"]:
         return f"{where}: {value!r} is not one of {schema['enum']}"
     if isinstance(value, dict):
@@ -168,12 +160,11 @@ def validate(value: object, schema: dict, *, where: str = "arguments") -> str | 
         if missing:
             return f"{where}: missing required {', '.join(missing)}"
         for key, item in value.items():
-            if key in props:
-                err = validate(item, props[key], where=f"{where}.{key}")
-                if err:
-                    return err
-            elif schema.get("additionalProperties", True) is False:
+            if key not in props and schema.get("additionalProperties", True) is False:
                 return f"{where}: unexpected property {key!r}"
+            err = validate(item, props[key], where=f"{where}.{key}") if key in props else None
+            if err:
+                return err
     if isinstance(value, list) and "items" in schema:
         for i, item in enumerate(value):
             err = validate(item, schema["items"], where=f"{where}[{i}]")
@@ -192,8 +183,8 @@ def check_schema(schema: object, *, where: str) -> None:
                           f"use only {sorted(SCHEMA_KEYWORDS)}")
     types = schema.get("type", [])
     for t in [types] if isinstance(types, str) else types:
-        if t not in _TYPES:
-            raise LabkitError(f"{where}: unknown type {t!r}", f"use one of {list(_TYPES)}")
+        if t not in _TYPE_CHECKS:
+            raise LabkitError(f"{where}: unknown type {t!r}", f"use one of {list(_TYPE_CHECKS)}")
     for key, sub in schema.get("properties", {}).items():
         check_schema(sub, where=f"{where}.{key}")
     if "items" in schema:
@@ -210,11 +201,12 @@ def default_path() -> Path:
 def _parse_task(rec: object, where: str) -> Task:
     if not isinstance(rec, dict):
         raise LabkitError(f"{where}: a task must be a JSON object")
-    missing = (_TASK_KEYS - {"note"}) - set(rec)
-    unknown = set(rec) - _TASK_KEYS
+    missing, unknown = sorted((_TASK_KEYS - {"note"}) - set(rec)), sorted(set(rec) - _TASK_KEYS)
     if missing or unknown:
-        raise LabkitError(f"{where}: missing keys {sorted(missing)}, unknown keys {sorted(unknown)}",
+        raise LabkitError(f"{where}: missing keys {missing}, unknown keys {unknown}",
                           f"a task has exactly the keys {sorted(_TASK_KEYS)} (note is optional)")
+    if not all(isinstance(rec.get(k, ""), str) for k in ("id", "request", "note")):
+        raise LabkitError(f"{where}: id, request and note must be strings")
     if rec["category"] not in CATEGORIES:
         raise LabkitError(f"{where}: unknown category {rec['category']!r}",
                           f"use one of {list(CATEGORIES)}")
@@ -224,7 +216,7 @@ def _parse_task(rec: object, where: str) -> Task:
     for i, t in enumerate(tools):
         if not isinstance(t, dict) or set(t) != {"name", "description", "parameters"}:
             raise LabkitError(f"{where}: tool {i} must have exactly name, description, parameters")
-        if t["parameters"].get("type") != "object":
+        if not isinstance(t["parameters"], dict) or t["parameters"].get("type") != "object":
             raise LabkitError(f"{where}: parameters of tool {t['name']!r} must be of type object")
         check_schema(t["parameters"], where=f"{where}: {t['name']}")
     names = [t["name"] for t in tools]
@@ -234,51 +226,44 @@ def _parse_task(rec: object, where: str) -> Task:
         raise LabkitError(f"{where}: a 'choose' task must offer at least two tools")
     task = Task(id=rec["id"], category=rec["category"], tools=tuple(tools),
                 request=rec["request"], expected=rec["expected"], note=rec.get("note", ""))
-    _check_expected(task, where)
-    return task
-
-
-def _check_expected(task: Task, where: str) -> None:
     exp = task.expected
     if task.category == "none" or exp == NULL_CALL:
         if task.category != "none" or exp != NULL_CALL:
             raise LabkitError(f"{where}: expected {{\"name\": null}} goes with category 'none' only",
                               "use category 'none' exactly when no tool applies")
-        return
+        return task
     if not isinstance(exp, dict) or set(exp) != {"name", "arguments"}:
         raise LabkitError(f"{where}: 'expected' must be {{\"name\": ..., \"arguments\": {{...}}}}")
     tool = task.tool(exp["name"])
     if tool is None:
         raise LabkitError(f"{where}: expected tool {exp['name']!r} is not among the task's tools",
-                          f"offer it or pick one of {[t['name'] for t in task.tools]}")
+                          f"offer it or pick one of {names}")
     err = validate(exp["arguments"], tool["parameters"])
     if err:
         raise LabkitError(f"{where}: expected arguments break the tool's schema: {err}")
+    return task
 
 
 def load_tasks(path: str | Path | None = None) -> list[Task]:
-    """Read and validate the suite (default ``data/toolsuite/tasks.jsonl``)."""
+    """Read and validate a task file (default: the shipped suite, ``default_path()``)."""
     path = Path(path) if path is not None else default_path()
     if not path.is_file():
-        raise LabkitError(f"tool-suite file not found: {path}", "check the path or the checkout's data/ folder")
-    tasks: list[Task] = []
-    seen: set[str] = set()
+        raise LabkitError(f"tool-suite file not found: {path}", "check the path or data/toolsuite/")
+    tasks: dict[str, Task] = {}
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
         try:
-            rec = json.loads(line)
+            task = _parse_task(json.loads(line), where)
         except json.JSONDecodeError as e:
             raise LabkitError(f"{where}: not valid JSON ({e.msg})", "one JSON object per line") from e
-        task = _parse_task(rec, where)
-        if task.id in seen:
+        if task.id in tasks:
             raise LabkitError(f"{where}: duplicate task id {task.id!r}")
-        seen.add(task.id)
-        tasks.append(task)
+        tasks[task.id] = task
     if not tasks:
         raise LabkitError(f"{path} holds no tasks")
-    return tasks
+    return list(tasks.values())
 
 
 # --- scoring ------------------------------------------------------------------------
@@ -290,12 +275,10 @@ class _DuplicateKey(ValueError):
 def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
     # json.loads keeps the last of repeated keys; an answer that says two things at once
     # must not be scored on whichever came last.
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise _DuplicateKey(f"duplicate key {dup!r}")
-    return obj
+    counts = Counter(k for k, _ in pairs)
+    if len(counts) != len(pairs):
+        raise _DuplicateKey(f"duplicate key {next(k for k, n in counts.items() if n > 1)!r}")
+    return dict(pairs)
 
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
@@ -309,17 +292,16 @@ def extract_call(text: str) -> tuple[dict | None, str | None]:
     if start < 0:
         return None, "no JSON object in output"
     try:
-        obj, _ = _DECODER.raw_decode(text, start)
+        return _DECODER.raw_decode(text, start)[0], None
     except json.JSONDecodeError as e:
         return None, f"invalid JSON: {e.msg}"
     except _DuplicateKey as e:
         return None, f"invalid JSON: {e}"
-    return obj, None
 
 
 def _same(got: object, want: object, *, exact: bool) -> bool:
     """Normalised equality: key order ignored, 3 == 3.0, strings stripped and casefolded
-    unless ``exact``; booleans never equal numbers."""
+    unless ``exact``; booleans never equal numbers; list order matters."""
     if isinstance(got, bool) or isinstance(want, bool):
         return type(got) is type(want) and got == want
     if isinstance(got, (int, float)) and isinstance(want, (int, float)):
@@ -341,7 +323,13 @@ def _drop_defaults(args: dict, expected: dict, schema: dict) -> dict:
 
 
 def score_task(task: Task, output_text: str) -> TaskScore:
-    """Score the generated text for ``task`` (see the module docstring for the convention)."""
+    """Score the text generated for ``task`` under the module's answer convention.
+
+    ``valid``: the call is well formed, names an offered tool, and its arguments satisfy
+    that tool's schema. ``right_args``: equal to the expected arguments after ``_same``'s
+    normalisation (strings exact in the ``exact`` category), ignoring extra optional
+    arguments given at their schema default.
+    """
     call, err = extract_call(output_text)
 
     def result(valid: bool, right_tool: bool, right_args: bool, error: str | None) -> TaskScore:
@@ -351,23 +339,23 @@ def score_task(task: Task, output_text: str) -> TaskScore:
 
     if call is None:
         return result(False, False, False, err)
-    if not isinstance(call, dict) or "name" not in call:
+    if "name" not in call:
         return result(False, False, False, 'the JSON is not a call: it needs a "name" key')
     name, want = call["name"], task.expected["name"]
     if name is None:
         valid = set(call) <= {"name", "arguments"} and call.get("arguments", {}) == {}
-        ok = want is None
-        return result(valid, ok, ok, "a null call takes no arguments" if not valid
-                      else f"answered no tool, expected {want!r}")
+        return result(valid, want is None, want is None and valid,
+                      f"answered no tool, expected {want!r}" if valid
+                      else 'a null call is {"name": null} and nothing else')
     args = call.get("arguments")
     tool = task.tool(name) if isinstance(name, str) else None
     if tool is None:
-        valid, err = False, f"{name!r} is not an offered tool"
+        err = f"{name!r} is not an offered tool"
     elif set(call) != {"name", "arguments"} or not isinstance(args, dict):
-        valid, err = False, 'a call is {"name": ..., "arguments": {...}} and nothing else'
+        err = 'a call is {"name": ..., "arguments": {...}} and nothing else'
     else:
         err = validate(args, tool["parameters"])
-        valid = err is None
+    valid = err is None
     right_tool = name == want
     right_args = right_tool and isinstance(args, dict) and _same(
         _drop_defaults(args, task.expected["arguments"], tool["parameters"]),
@@ -382,14 +370,13 @@ def summarize(scores: list[TaskScore]) -> dict:
     """Overall score (fraction correct), per-criterion and per-category fractions, counts."""
     if not scores:
         raise LabkitError("no task scores to summarize", "score at least one task first")
-    n = len(scores)
-    by_cat: dict[str, dict] = {}
+    by_cat = {}
     for cat in CATEGORIES:
         mine = [s for s in scores if s.category == cat]
         if mine:
             k = sum(s.correct for s in mine)
             by_cat[cat] = {"n": len(mine), "correct": k, "score": k / len(mine)}
-    correct = sum(s.correct for s in scores)
+    n, correct = len(scores), sum(s.correct for s in scores)
     return {
         "n": n,
         "correct": correct,

@@ -36,6 +36,10 @@ def tracking_uri() -> str:
 
 
 def artifact_root() -> str:
+    """Artifacts of a local store sit beside its database file (``mlartifacts/``)."""
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
     return (project_root() / "mlartifacts").as_uri()
 
 

@@ -87,6 +87,16 @@ class Engine(abc.ABC):
                 "shorten the prompt or max_tokens, or raise n_ctx in the recipe",
             )
 
+    def tokens_containing(self, text: str) -> frozenset[int]:
+        """Every token whose text contains ``text`` (e.g. the stop set for "\n"), cached."""
+        cache = self.__dict__.setdefault("_contains_cache", {})
+        if text not in cache:
+            byte = "".join(f"<0x{b:02X}>" for b in text.encode()) if len(text.encode()) == 1 else None
+            cache[text] = frozenset(
+                t for t in range(self.n_vocab) if text in (s := self.token_text(t)) or (byte and s == byte)
+            )
+        return cache[text]
+
     def vocab_fingerprint(self, *, stride: int = 257) -> str:
         """A hash of the vocabulary size and a strided sample of token texts.
 

@@ -1,0 +1,52 @@
+"""Notebooks stay thin and diff-friendly: paired with jupytext sources, no committed outputs,
+a parameters cell whose names are recipe fields (or documented extras)."""
+
+from __future__ import annotations
+
+import ast
+
+import jupytext
+import nbformat
+import pytest
+
+from labkit.lab import RECIPE_FIELDS
+from labkit.reproduce import declared_parameters, notebooks_dir
+
+NOTEBOOKS = sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
+EXTRA_PARAMETERS = {"recipe", "workload"}  # the recipe to load; 06's workload pooling
+
+
+def test_there_are_notebooks():
+    assert [p.stem for p in NOTEBOOKS][:2] == ["01_cost_fit", "02_k_sweep"]
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_paired_source_in_sync_and_outputs_stripped(nb):
+    paired = nb.with_suffix(".py")
+    assert paired.exists(), f"{nb.name} needs its jupytext pair {paired.name}"
+    a = nbformat.read(nb, as_version=4)
+    b = jupytext.read(paired)
+    src = lambda n: [(c.cell_type, c.source.strip()) for c in n.cells]  # noqa: E731
+    assert src(a) == src(b), f"{nb.name} and {paired.name} differ: run `jupytext --sync {paired}`"
+    for cell in a.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, f"{nb.name} has committed outputs"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_parameters_are_recipe_fields(nb):
+    declared = declared_parameters(nb)
+    assert "recipe" in declared
+    assert set(declared) <= RECIPE_FIELDS | EXTRA_PARAMETERS
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebooks_are_thin(nb):
+    """No function or class definitions and no loops over measurements in notebooks: logic lives in labkit."""
+    for cell in nbformat.read(nb, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(cell.source)
+        for node in ast.walk(tree):
+            assert not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)), nb.name
+        assert len(cell.source.splitlines()) <= 25, f"{nb.name}: a long cell belongs in src/labkit"

@@ -1,0 +1,274 @@
+"""Provenance end to end: real papermill runs, a real MLflow store, IDs that resolve and regenerate."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labkit import reproduce as rp
+from labkit import tracking
+from labkit.errors import LabkitError
+from labkit.figures import png_lab_id
+from labkit.regen import compare_frames, regen, show
+
+FAST = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A fresh SQLite tracking store for this module."""
+    d = tmp_path_factory.mktemp("mlflow")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{d / 'mlflow.db'}")
+    yield d
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def cost_run(store):
+    """One real `labkit reproduce --only 01_cost_fit` (tiny parameters)."""
+    summary = rp.reproduce(only=["01_cost_fit"], out_dir=str(store / "out"), params=FAST)
+    assert summary["ok"], summary
+    return summary["results"][0]
+
+
+def test_id_format_and_parsing():
+    lid = tracking.parse_id("[LAB: 01-3fa2c1-k7q2m/cost-fit]")
+    assert (lid.run, lid.part) == ("01-3fa2c1-k7q2m", "cost-fit")
+    assert str(lid) == "LAB:01-3fa2c1-k7q2m/cost-fit" and lid.cite == "[LAB:01-3fa2c1-k7q2m/cost-fit]"
+    assert tracking.parse_id("LAB:01-3fa2c1-k7q2m").part is None
+    for bad in ("LAB:1-3fa2c1-k7q2m", "LAB:01-XYZ-k7q2m", "RESULTS-MATRIX §E", ""):
+        with pytest.raises(LabkitError, match="not a labkit provenance ID"):
+            tracking.parse_id(bad)
+
+
+def test_every_code_cell_is_logged_with_its_id(cost_run, store):
+    c = tracking.client()
+    run = c.get_run(cost_run["run_id"])
+    assert run.info.status == "FINISHED"
+    nb = nbformat.read(cost_run["executed"], as_version=4)
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    logged = sorted(a.path for a in c.list_artifacts(cost_run["run_id"], "cells"))
+    assert len(logged) == len(code_cells)  # parameters + injected parameters + every other cell
+    for i, cell in enumerate(code_cells, start=1):
+        rec = tracking.load_json_artifact(c, cost_run["run_id"], f"cells/c{i:03d}.json")
+        assert rec["id"] == f"{cost_run['id']}/c{i}"
+        assert rec["source"].strip() == cell.source.strip() and rec["status"] == "ok"
+    # cells after start() are timed; the figure cell says what it produced
+    last = tracking.load_json_artifact(c, cost_run["run_id"], f"cells/c{len(code_cells):03d}.json")
+    assert last["duration_s"] > 0 and last["produced"]["figures"][0]["name"] == "cost-fit"
+    tags = run.data.tags
+    for key in ("git.commit", "git.dirty", "recipe", "recipe.hash", "engine.flags", "engine.version",
+                "model.sha256", "host.cpu", "host.cores", "host.memory_gb", "host.os", "packages",
+                "papermill.parameters", "lab.id"):
+        assert key in tags, key
+    assert json.loads(tags["papermill.parameters"])["verify_rounds"] == 3
+    assert "notebook/01_cost_fit.ipynb" in [a.path for a in c.list_artifacts(cost_run["run_id"], "notebook")]
+    m = run.data.metrics
+    assert m["H_ms"] > 0 and m["H_ms.lo"] <= m["H_ms"] <= m["H_ms.hi"]
+
+
+def test_figure_is_stamped_and_regenerates_identically(cost_run, store, tmp_path):
+    fig_id = f"{cost_run['id']}/cost-fit"
+    res = regen(fig_id, out_dir=tmp_path)
+    assert res["identical"] and res["regenerated"][0]["drawn_identical"]
+    png = Path(next(f for f in res["regenerated"][0]["files"] if f.endswith(".png")))
+    assert png_lab_id(png) == fig_id
+    # the original PNG logged with the run carries its ID too, and the SVG names it
+    c = tracking.client()
+    local = Path(c.download_artifacts(cost_run["run_id"], "figures/cost-fit", str(tmp_path / "orig")))
+    assert png_lab_id(local / "figure.png") == fig_id
+    assert fig_id in (local / "figure.svg").read_text()
+
+
+def test_show_resolves_runs_cells_and_artifacts(cost_run):
+    s = show(cost_run["id"])
+    assert s["notebook"] == "01_cost_fit" and s["parameters"]["kv_depth"] == 32
+    assert s["provenance"]["model.sha256"].startswith("a5fd3b62")
+    cell = show(f"{cost_run['id']}/c3")["cell"]
+    assert cell["index"] == 3 and "labkit_lab.start" in cell["source"]
+    assert show(f"{cost_run['id']}/verify-fit")["artifact"]["type"] == "table"
+    with pytest.raises(LabkitError, match="no figure, table or cell"):
+        show(f"{cost_run['id']}/nothing-here")
+    with pytest.raises(LabkitError, match="no run has the provenance ID"):
+        show(cost_run["id"][:-5] + "zzzzz")
+
+
+def test_missing_artifacts_are_a_clear_error(cost_run, store, tmp_path):
+    c = tracking.client()
+    run = c.get_run(cost_run["run_id"])
+    art = Path(run.info.artifact_uri.replace("file://", "")) / "tables" / "verify-fit" / "data.json"
+    saved = art.read_bytes()
+    art.unlink()
+    try:
+        with pytest.raises(LabkitError, match="missing or unreadable"):
+            regen(f"{cost_run['id']}/verify-fit", out_dir=tmp_path)
+    finally:
+        art.write_bytes(saved)
+
+
+def test_second_reproduction_compares_with_the_first(cost_run, store):
+    summary = rp.reproduce(only=["01"], out_dir=str(store / "out2"), params=FAST)
+    comp = summary["results"][0]["comparison"]
+    assert comp["previous_id"] == cost_run["id"]
+    assert comp["within_noise"] + len(comp["moved"]) >= 4  # H, a, b, r2 compared
+    assert all({"metric", "previous", "now", "band", "basis"} <= set(m) for m in comp["moved"])
+    # related runs share the notebook + recipe prefix of their IDs
+    assert summary["results"][0]["id"].rsplit("-", 1)[0] == cost_run["id"].rsplit("-", 1)[0]
+
+
+def test_regen_rerun_compares_within_noise(cost_run, store, tmp_path):
+    res = regen(f"{cost_run['id']}/verify-per-m", out_dir=tmp_path, rerun=True)
+    rr = res["rerun"]
+    assert rr["status"] == "FINISHED" and rr["new_id"] != cost_run["id"]
+    comp = rr["comparisons"][0]
+    assert comp["checks"] and {"column", "basis", "outside"} <= set(comp["checks"][0])
+
+
+def test_compare_frames_logic():
+    import pandas as pd
+
+    old = pd.DataFrame({"m": [1, 2], "median_ms": [10.0, 20.0], "min_ms": [9.0, 18.0], "max_ms": [11.0, 22.0]})
+    near = old.assign(median_ms=[10.5, 21.5])
+    far = old.assign(median_ms=[10.5, 30.0])
+    noise = {"median_ms": ["min_ms", "max_ms"], "key": ["m"]}
+    assert compare_frames(old, near, noise=noise)["within_noise"]
+    bad = compare_frames(old, far, noise=noise)
+    assert not bad["within_noise"] and bad["checks"][0]["outside"] == 1
+
+
+def _write_nb(path: Path, cells: list[tuple[str, list[str]]]):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    for src, tags in cells:
+        cell = nbformat.v4.new_code_cell(src)
+        cell.metadata["tags"] = tags
+        nb.cells.append(cell)
+    nbformat.write(nb, path)
+
+
+@pytest.fixture
+def nb_dir(tmp_path, monkeypatch):
+    d = tmp_path / "notebooks"
+    d.mkdir()
+    monkeypatch.setenv("LABKIT_NOTEBOOKS", str(d))
+    return d
+
+
+def test_failed_notebook_is_marked_failed_and_keeps_its_records(store, nb_dir, tmp_path):
+    _write_nb(nb_dir / "90_breaks.ipynb", [
+        ('recipe = "default"\nsteps = 2', ["parameters"]),
+        ("from labkit import lab as L\nlab = L.start(globals())", []),
+        ("lab.metric('before_failure', 42.0)", []),
+        ("raise RuntimeError('engine crashed mid-run')", []),
+        ("lab.metric('never', 1.0)", []),
+    ])
+    summary = rp.reproduce(only=["90_breaks"], out_dir=str(tmp_path / "out"))
+    assert not summary["ok"]
+    r = summary["results"][0]
+    assert r["status"] == "FAILED" and "engine crashed mid-run" in r["error"]
+    c = tracking.client()
+    run = c.get_run(r["run_id"])
+    assert run.info.status == "FAILED"
+    assert run.data.metrics["before_failure"] == 42.0 and "never" not in run.data.metrics
+    failed_cell = tracking.load_json_artifact(c, r["run_id"], "cells/c005.json")
+    assert failed_cell["status"] == "error" and "RuntimeError" in failed_cell["error"]
+    assert (tmp_path / "out" / "90_breaks.ipynb").exists()  # the partial executed notebook is kept
+    # and the CLI exits non-zero
+    p = subprocess.run([sys.executable, "-m", "labkit.cli", "reproduce", "--only", "90_breaks", "--out",
+                        str(tmp_path / "out3")], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1 and json.loads(p.stdout.strip().splitlines()[-1])["ok"] is False
+
+
+def test_notebook_without_parameters_cell_is_refused(store, nb_dir, tmp_path):
+    _write_nb(nb_dir / "91_noparams.ipynb", [('recipe = "default"', [])])
+    with pytest.raises(LabkitError, match="no cell tagged 'parameters'"):
+        rp.reproduce(only=["91"], out_dir=str(tmp_path / "o"))
+
+
+def test_undeclared_parameter_is_refused_before_anything_runs(store, tmp_path):
+    c = tracking.client()
+    before = len(c.search_runs([e.experiment_id for e in c.search_experiments()]))
+    with pytest.raises(LabkitError, match="not declared"):
+        rp.reproduce(only=["01_cost_fit"], out_dir=str(tmp_path / "o"), params={"verify_roundz": 3})
+    after = len(c.search_runs([e.experiment_id for e in c.search_experiments()]))
+    assert before == after
+
+
+def test_tracking_server_down_is_a_clear_error(monkeypatch, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    with pytest.raises(LabkitError, match="does not answer"):
+        rp.reproduce(only=["01_cost_fit"], out_dir=str(tmp_path / "o"), params=FAST)
+
+
+def test_against_a_real_mlflow_server(tmp_path, monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mlflow = shutil.which("mlflow", path=str(Path(sys.executable).parent))
+    srv = subprocess.Popen(
+        [mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'srv.db'}", "--artifacts-destination",
+         str(tmp_path / "srv-artifacts")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import urllib.request
+
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline or srv.poll() is not None:
+                    raise
+                time.sleep(1)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+        summary = rp.reproduce(only=["01_cost_fit"], out_dir=str(tmp_path / "o"), params=FAST)
+        assert summary["ok"], summary
+        r = summary["results"][0]
+        assert show(r["id"])["status"] == "FINISHED"
+        assert regen(f"{r['id']}/cost-fit", out_dir=tmp_path / "regen")["identical"]
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+
+
+def test_interactive_kernel_logs_every_cell(store, monkeypatch, tmp_path):
+    """Outside papermill: an IPython shell, the session creating its own run."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.delenv("LABKIT_RUN_ID", raising=False)
+    monkeypatch.setenv("LABKIT_JOURNAL", str(tmp_path / "journal.jsonl"))
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell('recipe = "default"\nmax_tokens = 16', store_history=True)
+        shell.run_cell("from labkit import lab as L\nlab = L.start(globals(), notebook='07_scratch')",
+                       store_history=True)
+        lab = shell.user_ns["lab"]
+        assert lab.recipe.max_tokens == 16 and lab.owns_run
+        shell.run_cell("lab.metric('answer', 42.0)", store_history=True)
+        shell.run_cell("1 / 0", store_history=True)
+        lab.finish()
+    finally:
+        InteractiveShell.clear_instance()
+    c = tracking.client()
+    run = c.get_run(lab.run_id)
+    assert run.data.tags["lab.mode"] == "interactive" and run.data.metrics["answer"] == 42.0
+    cells = sorted(a.path for a in c.list_artifacts(lab.run_id, "cells"))
+    assert len(cells) == 4
+    last = tracking.load_json_artifact(c, lab.run_id, cells[-1])
+    assert last["status"] == "error" and "ZeroDivisionError" in last["error"]
+    journal = [json.loads(x) for x in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    assert [j["index"] for j in journal if j["type"] == "cell"] == [1, 2, 3, 4]
