@@ -17,13 +17,13 @@ import json
 import time
 
 import numpy as np
-from labkit.workloads import load_workload
 
 from labkit import models, provenance
 from labkit.drafters import NgramDrafter
 from labkit.engines.llamacpp import LlamaCppEngine
 from labkit.loop import run
 from labkit.stats import spread, summarize, tokens_from
+from labkit.workloads import load_workload
 
 
 def raw_loop(engine: LlamaCppEngine, prompt: list[int], n: int) -> tuple[float, list[int]]:

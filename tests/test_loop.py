@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from labkit.workloads import WORKLOADS, load_workload
 
 from labkit.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from labkit.errors import LabkitError
 from labkit.loop import AcceptanceGate, run, tokens_of
 from labkit.lossless import divergence_report
 from labkit.stats import summarize
+from labkit.workloads import WORKLOADS, load_workload
 
 MAX = 40
 
