@@ -16,6 +16,8 @@ COMMANDS = {
     "regen": "Regenerate a figure or table from its [LAB: ...] ID",
     "worksheet": "The accounting worksheet, filled from logged runs",
     "advise": "Recommended k per workload, from logged measurements",
+    "toolsuite": "Tool-calling quality control, speculation on vs off",
+    "power": "Energy and CPU time per token, k=0 vs a speculative k",
     "ui": "Start the MLflow UI on loopback",
 }
 

@@ -206,6 +206,7 @@ class Lab:
                 if k not in self.params:
                     self.client.log_param(self.run_id, f"recipe.{k}", json.dumps(v, default=str)[:6000])
             self.client.set_tag(self.run_id, "recipe.effective_hash", self.recipe.hash)
+            self.client.set_tag(self.run_id, "recipe.sweep_hash", self.recipe.sweep_hash)
 
         self._mlflow(log)
 

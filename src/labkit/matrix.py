@@ -18,14 +18,20 @@ from .errors import LabkitError
 NO_DATA = "no data: {why}"
 
 
-def latest_runs(c, notebook: str, *, recipe_hash: str | None = None, limit: int = 200) -> list:
-    """Finished runs of a notebook, newest first; optionally one effective recipe only."""
+def latest_runs(c, notebook: str, *, recipe_hash: str | None = None, sweep_hash: str | None = None,
+                recipe_name: str | None = None, limit: int = 200) -> list:
+    """Finished runs of a notebook, newest first; optionally of one recipe (by effective
+    hash, by the hash of its sweep fields, or by name)."""
     exp = c.get_experiment_by_name(notebook)
     if exp is None:
         return []
     flt = "attributes.status = 'FINISHED'"
     if recipe_hash:
         flt += f" and tags.`recipe.effective_hash` = '{recipe_hash}'"
+    if sweep_hash:
+        flt += f" and tags.`recipe.sweep_hash` = '{sweep_hash}'"
+    if recipe_name:
+        flt += f" and tags.`recipe` = '{recipe_name}'"
     return list(c.search_runs([exp.experiment_id], filter_string=flt, order_by=["attributes.start_time DESC"],
                               max_results=limit))
 
@@ -54,12 +60,13 @@ def load_table(c, run, name: str) -> pd.DataFrame:
 
 
 def source_run(c, notebook: str, recipe) -> tuple:
-    """The newest finished run of ``notebook`` for this recipe, or a clear error."""
-    runs = latest_runs(c, notebook, recipe_hash=recipe.hash)
+    """The newest finished run of ``notebook`` with this recipe's sweep fields, or a clear error."""
+    runs = latest_runs(c, notebook, sweep_hash=recipe.sweep_hash)
     if not runs:
         raise LabkitError(
-            f"no finished {notebook} run for recipe {recipe.name} (hash {recipe.hash}) in {tracking.tracking_uri()}",
-            f"run it first: labkit reproduce --recipe {recipe.name} --only {notebook}",
+            f"no finished {notebook} run for recipe {recipe.name} (sweep fields hash {recipe.sweep_hash}) "
+            f"in {tracking.tracking_uri()}",
+            f"run it first with the same sweep settings: labkit reproduce --recipe {recipe.name} --only {notebook}",
         )
     return runs[0], runs[0].data.tags.get("lab.id")
 
@@ -134,10 +141,10 @@ def worksheet(c, recipe) -> list[dict]:
     def add(name, value, source=None):
         fields.append({"field": name, "value": value, "source": source})
 
-    sweep = latest_runs(c, "02_k_sweep", recipe_hash=recipe.hash)
-    cost = latest_runs(c, "01_cost_fit", recipe_hash=recipe.hash)
-    tools = latest_runs(c, "04_tool_suite_qc", recipe_hash=recipe.hash)
-    power = latest_runs(c, "05_power", recipe_hash=recipe.hash)
+    sweep = latest_runs(c, "02_k_sweep", sweep_hash=recipe.sweep_hash)
+    cost = latest_runs(c, "01_cost_fit", recipe_name=recipe.name)
+    tools = latest_runs(c, "04_tool_suite_qc", recipe_name=recipe.name)
+    power = latest_runs(c, "05_power", recipe_name=recipe.name)
     ref = (sweep or cost or [None])[0]
     if ref is None:
         add("engine build", NO_DATA.format(why=f"no run for recipe {recipe.name}; run labkit reproduce"))
@@ -180,9 +187,11 @@ def worksheet(c, recipe) -> list[dict]:
             add(f, NO_DATA.format(why="no 02_k_sweep run"))
     if tools:
         m = tools[0].data.metrics
-        add("tool-suite runs", f"off {m.get('toolsuite.greedy.off', float('nan')):.3f} vs on "
-                               f"{m.get('toolsuite.greedy.on', float('nan')):.3f} (greedy); verdict: "
-                               f"{tools[0].data.tags.get('toolsuite.verdict', 'n/a')}", tools[0].data.tags.get("lab.id"))
+        on = ", ".join(f"{k.rsplit('.', 1)[-1]} {v:.3f}" for k, v in sorted(m.items())
+                       if k.startswith("toolsuite.greedy.on.") and not k.endswith((".lo", ".hi")))
+        verdicts = json.loads(tools[0].data.tags.get("toolsuite.verdict", "{}"))
+        add("tool-suite runs", f"greedy off {m.get('toolsuite.greedy.off', float('nan')):.3f}, on: {on}; sampled: "
+            + "; ".join(f"{d}: {v}" for d, v in verdicts.items()), tools[0].data.tags.get("lab.id"))
     else:
         add("tool-suite runs", NO_DATA.format(why="no 04_tool_suite_qc run"))
     add("concurrency measured", NO_DATA.format(why="labkit measures single-stream decoding only"))
@@ -217,3 +226,19 @@ def advise(c, recipe, *, workload: str | None = None, temperature: float = 0.0) 
     glob = global_default(cells)
     return {"recipe": recipe.name, "recipe_hash": recipe.hash, "source": lab_id, "temperature": temperature,
             "per_workload": rows, "global_default": glob.to_dict("records") if workload is None else None}
+
+
+def best_for(c, recipe, workload: str) -> dict:
+    """The best (drafter, k) measured for one workload in the newest sweep (greedy), with its source ID.
+
+    Where nothing beats plain decoding, the best speculative k is still returned (flagged),
+    so that a power run can show what speculation would cost.
+    """
+    res = advise(c, recipe, workload=workload)
+    row = res["per_workload"][0]
+    run, _ = source_run(c, "02_k_sweep", recipe)
+    best = load_table(c, run, "sweep-cells")
+    cells = best[(best["workload"] == workload) & (best["temperature"] == 0) & (best["k"] > 0)]
+    top = cells.loc[cells["speedup"].idxmax()]
+    return {"drafter": top["drafter"], "k": int(top["k"]), "speedup": float(top["speedup"]),
+            "wins": row["k"] > 0, "source": res["source"]}

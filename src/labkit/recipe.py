@@ -54,7 +54,9 @@ class Recipe:
     toolsuite_runs: int = 3
     toolsuite_k: int = 3
     toolsuite_temperature: float = 0.7
+    toolsuite_tasks: int | None = None  # None: the whole suite; N: the first N tasks (quick runs)
     power_workload: str = "edit"
+    power_k: int | None = None  # None: the best k for power_workload from the newest k sweep
     notebooks: list[str] = field(default_factory=list)  # empty: all of notebooks/
     source: str | None = None  # where it was loaded from (filled in by load)
 
@@ -67,6 +69,20 @@ class Recipe:
     def hash(self) -> str:
         """sha256 of the normalised recipe fields (not of the YAML text), 12 hex digits."""
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    SWEEP_FIELDS = (
+        "engine", "model", "model_sha256", "draft_model", "draft_model_sha256", "drafters", "k", "workloads",
+        "prompts_per_workload", "runs", "max_tokens", "temperatures", "seed", "threads", "n_ctx", "n_gpu_layers",
+        "gate", "gate_window", "gate_probe_every", "ngram_min", "ngram_max",
+    )
+
+    @property
+    def sweep_hash(self) -> str:
+        """Hash of the fields that determine a k sweep: notebooks that read a sweep (03, 05,
+        advise) find it by this, whatever other fields (tool suite, power) they override."""
+        d = self.to_dict()
+        blob = json.dumps({k: d[k] for k in self.SWEEP_FIELDS}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def validate(self) -> Recipe:

@@ -82,7 +82,7 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
     prov = provenance.collect(recipe=recipe)
     tags = {**tracking.flat_tags(prov), "papermill.parameters": json.dumps(params, default=str),
             "lab.mode": "papermill", "lab.notebook": nb.stem, "lab.output": str(out),
-            "recipe.effective_hash": recipe.hash}
+            "recipe.effective_hash": recipe.hash, "recipe.sweep_hash": recipe.sweep_hash}
     rid, lab = tracking.new_run(c, notebook=nb.name, recipe=recipe, tags=tags,
                                 run_name=f"{nb.stem} · {recipe.name}")
     tracking.log_json(c, rid, prov, "provenance.json")

@@ -11,7 +11,8 @@
 - Decode: one model call on the rows; ``mx.eval`` of the logits and the cache state
   before returning, so a clock read afterwards is honest. A prefill without all
   logits runs rows[:-1] for the cache only (mlx-lm's own ``_prefill``: the output
-  matmul of those rows is never evaluated), then the last row.
+  matmul of those rows is never evaluated), then the last row. ``rollback`` trims every
+  layer's cache (``KVCache.trim``, what ``trim_prompt_cache`` calls).
 - Tokens: llama.cpp's vocabulary from the directory's ``vocab.gguf`` (``vocab_only``),
   so ids are exactly llama.cpp's; a directory without one uses its HF tokenizer.
 - BLAS: on Linux the ``mlx-cpu`` wheel links a slow reference BLAS (a k+1-row verify
@@ -40,6 +41,9 @@ from ..mlx_convert import VOCAB_FILE, MlxArtifact, resolve_mlx_model
 from .base import Engine, EngineError
 
 PREFILL_STEP = 512  # rows per model call in a long prefill (mlx-lm's prefill_step_size)
+# Up to this many rows without all logits (a draft model catching up on [last draft,
+# bonus]) one call with the extra output row beats a second pass through the layers.
+ONE_CALL_ROWS = 2
 LINUX_NOTE = "Linux mlx-cpu: timings for correctness, not speed claims"
 
 __all__ = ["MlxEngine", "MlxArtifact", "resolve_mlx_model", "full_cache", "blas_info", "import_mlx"]
@@ -200,6 +204,9 @@ class _HfVocab:
     def __init__(self, path: Path, eos: set[int]):
         from mlx_lm.tokenizer_utils import load as load_tokenizer
 
+        if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
+            raise LabkitError(f"{path} has no tokenizer ({VOCAB_FILE} or tokenizer.json)",
+                              "convert the model with labkit (a zoo name) or use an mlx_lm.convert directory")
         self.tok = load_tokenizer(path)
         self.eos = eos | set(getattr(self.tok, "eos_token_ids", []) or [])
 
@@ -273,8 +280,9 @@ class MlxEngine(Engine):
         mx = self._mx
         start = self.n_past
         try:
-            if all_logits:
+            if all_logits or n <= ONE_CALL_ROWS:
                 out = self._forward(tokens)
+                out = out if all_logits else out[-1:]
             else:
                 # cache-only chunks: their logits are never evaluated, so never computed
                 for off in range(0, n - 1, PREFILL_STEP):
@@ -303,12 +311,14 @@ class MlxEngine(Engine):
         return self._np[i]
 
     def _trim_to(self, n_past: int) -> None:
-        from mlx_lm.models.cache import trim_prompt_cache
+        from mlx_lm.models.cache import can_trim_prompt_cache
 
-        drop = self.cache[0].offset - n_past
-        if drop > 0 and trim_prompt_cache(self.cache, drop) != drop:
+        if not can_trim_prompt_cache(self.cache):
             raise EngineError(f"the MLX cache could not roll back to position {n_past}",
                               "this model's cache is not trimmable; speculation needs one that is")
+        for c in self.cache:  # per layer: a failed decode may have advanced only some
+            if c.offset > n_past:
+                c.trim(c.offset - n_past)
 
     def rollback(self, n_past: int) -> None:
         if n_past < self.n_past:

@@ -1,0 +1,53 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Tool-suite quality control: speculation on vs off
+#
+# The product suite (`data/toolsuite/`, tool-calling tasks scored on parse, schema, tool
+# and arguments) runs with speculation off and on at the recipe's k. Greedy outputs must
+# agree; any task that differs is listed with its first divergence and logit gap.
+# Sampled runs (seeded) give the noise band: the spread of the off runs. The verdict is
+# "within noise" or the regression in points.
+
+# %% tags=["parameters"]
+recipe = "default"
+drafters = None
+toolsuite_k = None
+toolsuite_runs = None
+toolsuite_temperature = None
+toolsuite_tasks = None  # None: the whole suite
+
+# %%
+import json
+
+from labkit import qc, runtime, toolsuite
+from labkit import lab as labkit_lab
+
+lab = labkit_lab.start(globals())
+R = lab.recipe
+
+# %%
+engine = lab.engine()
+arms = {d: runtime.make_drafter(d, R, engine) for d in R.drafters}
+tasks = toolsuite.load_tasks()[: R.toolsuite_tasks]
+res = qc.control(engine, tasks, drafters=arms, k=R.toolsuite_k, runs=R.toolsuite_runs,
+                 temperature=R.toolsuite_temperature, seed=R.seed, progress=print)
+lab.table("toolsuite-scores", res["scores"])
+lab.table("greedy-divergences", res["divergences"])
+
+# %%
+for name, (value, lo, hi) in qc.metrics(res).items():
+    lab.metric(name, value, lo=lo, hi=hi)
+lab.client.set_tag(lab.run_id, "toolsuite.verdict", json.dumps({n: v["verdict"] for n, v in res["verdicts"].items()}))
+lab.table("verdicts", qc.verdict_table(res))

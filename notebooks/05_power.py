@@ -1,0 +1,70 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 · Power: energy and CPU time per token, k = 0 vs best k
+#
+# The decode window only (prefill excluded), the same workload and prompts for k = 0 and
+# the best k the k sweep found for that workload, ≥ 3 runs each. Energy is a hardware
+# counter delta (RAPL, IOReport, NVML) or reported unavailable with the reason — never
+# estimated. CPU-seconds per token needs no counter and is always reported.
+
+# %% tags=["parameters"]
+recipe = "default"
+power_workload = None
+power_k = None  # None: the best k for the workload from the newest 02_k_sweep of this recipe
+runs = None
+max_tokens = None
+prompts_per_workload = None
+# the sweep's fields, so that the best k is looked up in the matching 02_k_sweep run
+k = None
+workloads = None
+drafters = None
+temperatures = None
+gate = None
+
+# %%
+import pandas as pd
+
+from labkit import energy, matrix, power, runtime
+from labkit import lab as labkit_lab
+from labkit.workloads import load_workload
+
+lab = labkit_lab.start(globals())
+R = lab.recipe
+lab.table("counters", pd.DataFrame([{"source": k, **v} for k, v in power.discover().items()]).astype(str))
+
+# %%
+if R.power_k is None:
+    best = matrix.best_for(lab.client, R, R.power_workload)
+    lab.client.set_tag(lab.run_id, "lab.source", best["source"])
+else:
+    best = {"drafter": R.drafters[0], "k": R.power_k, "source": "recipe power_k"}
+print(f"k=0 vs {best['drafter']} k={best['k']} (from {best['source']})")
+engine = lab.engine()
+drafter = runtime.make_drafter(best["drafter"], R, engine)
+prompts = load_workload(R.power_workload, limit=R.prompts_per_workload)
+rows = energy.power_runs(engine, prompts, drafter=drafter, k=best["k"], runs=R.runs, max_tokens=R.max_tokens,
+                         seed=R.seed, progress=print)
+lab.table("power-runs", rows)
+
+# %%
+summ = energy.summary(rows)
+lab.table("power-summary", summ)
+for r in summ.itertuples():
+    lab.metric("cpu_s_per_token", r.cpu_s_per_token, lo=r.cpu_s_per_token_min, hi=r.cpu_s_per_token_max, step=r.k)
+    if r.j_per_token is not None:
+        lab.metric("j_per_token", r.j_per_token, lo=r.j_per_token_min, hi=r.j_per_token_max, step=r.k)
+modes = energy.two_modes(summ)
+lab.client.set_tag(lab.run_id, "power.summary", f"{modes['text']}; energy: {summ['energy'].iloc[0]}")
+print(modes["text"])

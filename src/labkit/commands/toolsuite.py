@@ -1,0 +1,67 @@
+"""``labkit toolsuite``: score the tool-calling suite with speculation off or on.
+
+--spec off|on runs one configuration --runs times (seeded) and prints the scores;
+--spec both runs the full control (greedy off/on with divergences, sampled noise band
+and verdict), as notebooks/04_tool_suite_qc does.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import provenance, qc, runtime, toolsuite
+from ..errors import LabkitError
+from ..recipe import load
+from . import emit, progress
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit toolsuite", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recipe", default=None, help="experiments/<name>.yaml or a path (default: default)")
+    p.add_argument("--spec", choices=["on", "off", "both"], default="both")
+    p.add_argument("--drafter", default=None, choices=["ngram", "model", "mtp"],
+                   help="for --spec on (default: the recipe's first drafter)")
+    p.add_argument("--k", type=int, default=None, help="draft length (default: recipe toolsuite_k)")
+    p.add_argument("--runs", type=int, default=None, help="runs (default: recipe toolsuite_runs)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="0 = greedy (default for --spec on/off); --spec both uses it for the sampled runs")
+    p.add_argument("--tasks", type=int, default=None, help="only the first N tasks (quick checks)")
+    p.add_argument("--category", default=None, choices=list(toolsuite.CATEGORIES))
+    return p
+
+
+def main(argv=None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    r = load(args.recipe)
+    k = r.toolsuite_k if args.k is None else args.k
+    runs = r.toolsuite_runs if args.runs is None else args.runs
+    if k < 0 or runs < 1:
+        raise LabkitError(f"k = {k}, runs = {runs}", "use k >= 0 and runs >= 1")
+    tasks = toolsuite.load_tasks()
+    if args.category:
+        tasks = [t for t in tasks if t.category == args.category]
+    if args.tasks:
+        tasks = tasks[: args.tasks]
+    with runtime.open_engine(r) as engine:
+        names = [args.drafter] if args.drafter else (r.drafters if args.spec == "both" else r.drafters[:1])
+        drafters = {n: runtime.make_drafter(n, r, engine) for n in names} if args.spec != "off" else {}
+        if args.spec == "both":
+            temp = r.toolsuite_temperature if args.temperature is None else args.temperature
+            res = qc.control(engine, tasks, drafters=drafters, k=k, runs=runs, temperature=temp, seed=r.seed,
+                             progress=progress)
+            out = {"verdicts": res["verdicts"], "scores": res["scores"].to_dict("records"),
+                   "greedy_divergences": res["divergences"].to_dict("records")}
+        else:
+            temp = args.temperature or 0.0
+            name, d = next(iter(drafters.items())) if drafters else ("none", None)
+            scores = []
+            for i in range(runs):
+                progress(f"tool suite: spec {args.spec} ({name}), T={temp}, run {i + 1}/{runs}")
+                res = qc.run_suite(engine, tasks, drafter=d, k=k if d else 0, temperature=temp,
+                                   seed=r.seed + 1000 * (i + 1) if temp > 0 else r.seed)
+                scores.append(res["summary"])
+            out = {"spec": args.spec, "drafter": name, "k": k if d else 0, "temperature": temp, "runs": scores}
+        out.update(tasks=len(tasks), provenance=provenance.collect(recipe=r, engine=engine))
+    emit(out)
+    return 0

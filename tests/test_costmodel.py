@@ -1,0 +1,55 @@
+"""The cost model's arithmetic on constructed data (exact answers known)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from labkit import costmodel
+
+
+def frame(fn, ms=range(1, 9), reps=6, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame([(m, fn(m) + rng.normal(0, noise)) for m in ms for _ in range(reps)], columns=["m", "ms"])
+
+
+def test_linear_fit_recovers_a_and_b_with_honest_cis():
+    fit = costmodel.fit_verify(frame(lambda m: 8.0 + 3.0 * m, noise=0.5))
+    assert fit.a == pytest.approx(8.0, abs=0.6) and fit.b == pytest.approx(3.0, abs=0.15)
+    assert fit.r2 > 0.95 and fit.n == 48
+    # 95% intervals cover the truth about 95% of the time (binomial: 300 fits)
+    fits = [costmodel.fit_verify(frame(lambda m: 8.0 + 3.0 * m, noise=0.5, seed=s)) for s in range(300)]
+    cover_a = np.mean([f.a_ci[0] < 8.0 < f.a_ci[1] for f in fits])
+    cover_b = np.mean([f.b_ci[0] < 3.0 < f.b_ci[1] for f in fits])
+    assert 0.90 < cover_a < 0.99 and 0.90 < cover_b < 0.99
+    lo, hi = fit.band([1, 8])
+    assert (lo < fit.predict([1, 8])).all() and (fit.predict([1, 8]) < hi).all()
+
+
+def test_parity_term_is_found_where_odd_rows_cost_more():
+    df = frame(lambda m: 10.0 + 2.0 * m + (7.0 if m % 2 else 0.0), ms=range(2, 9))
+    plain = costmodel.fit_verify(df)
+    par = costmodel.fit_verify(df, parity=True)
+    assert par.parity == pytest.approx(7.0) and par.b == pytest.approx(2.0) and par.r2 > plain.r2
+    assert max(abs(v) for v in par.residual_by_m.values()) < 1e-9
+
+
+def test_verify_model_keeps_the_one_row_step_apart():
+    df = pd.concat([frame(lambda m: 10.0, ms=[1]), frame(lambda m: 20.0 + 2.0 * m, ms=range(2, 9))])
+    vm = costmodel.fit_verify_model(df)
+    assert vm.H == pytest.approx(10.0)
+    assert vm.V([1, 2, 4]).tolist() == pytest.approx([10.0, 24.0, 28.0])
+
+
+def test_expected_step_matches_hand_arithmetic():
+    vm = costmodel.VerifyModel(H=10.0, fit=costmodel.LinearFit(a=10.0, b=5.0, a_ci=(0, 0), b_ci=(0, 0), r2=1, n=1))
+    # drafts always 2 long, position 0 accepted w.p. 0.5, position 1 (given 0) w.p. 0.5
+    prof = {"alpha": [0.5, 0.5], "p_len_ge": [1.0, 1.0], "k_max": 2}
+    e = costmodel.expected_step(prof, 2, vm, d=(1.0, 0.5), o=(0.0, 0.0))
+    assert e["tokens"] == pytest.approx(1 + 0.5 + 0.25)
+    assert e["V_ms"] == pytest.approx(10.0 + 5.0 * 3) and e["D_ms"] == pytest.approx(2.0)
+    # no draft available half the time at position 0
+    prof2 = {"alpha": [1.0], "p_len_ge": [0.5], "k_max": 1}
+    e2 = costmodel.expected_step(prof2, 1, vm, d=(0.0, 0.0), o=(0.0, 0.0))
+    assert e2["tokens"] == pytest.approx(1.5) and e2["V_ms"] == pytest.approx(0.5 * 10 + 0.5 * 20)

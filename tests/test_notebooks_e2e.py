@@ -1,0 +1,70 @@
+"""Every notebook under real papermill on the embedded model, tiny parameters, one store:
+02 sweeps, 03 and 05 read it, 04 runs the tool suite, 06 renders the matrix from the runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit import matrix, tracking
+from labkit import reproduce as rp
+from labkit.recipe import load
+from labkit.regen import regen
+
+SWEEP = {"k": [0, 2], "workloads": ["edit"], "prompts_per_workload": 1, "runs": 1, "max_tokens": 16,
+         "drafters": ["ngram"], "temperatures": [0.0]}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("e2e")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{d / 'mlflow.db'}")
+    yield d
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def summary(store):
+    params = {**SWEEP, "toolsuite_tasks": 3, "toolsuite_runs": 1, "toolsuite_k": 2, "power_workload": "edit"}
+    return rp.reproduce(only=["02", "03", "04", "05", "06"], out_dir=str(store / "out"), params=params)
+
+
+def test_all_notebooks_finish(summary):
+    failed = [(r["notebook"], r["error"]) for r in summary["results"] if r["status"] != "FINISHED"]
+    assert not failed and summary["ok"]
+    assert [r["notebook"] for r in summary["results"]] == ["02_k_sweep", "03_acceptance_by_position",
+                                                            "04_tool_suite_qc", "05_power", "06_results_matrix"]
+
+
+def test_sweep_figures_regenerate(summary, tmp_path):
+    sweep_id = summary["results"][0]["id"]
+    for name in ("tok-s-vs-k", "speedup-heatmap", "predicted-vs-measured"):
+        assert regen(f"{sweep_id}/{name}", out_dir=tmp_path)["identical"], name
+
+
+def test_downstream_notebooks_cite_the_sweep(summary):
+    c = tracking.client()
+    sweep_id = summary["results"][0]["id"]
+    for r in summary["results"][1:4:2]:  # 03 and 05
+        assert c.get_run(r["run_id"]).data.tags["lab.source"] == sweep_id
+
+
+def test_matrix_worksheet_and_advice_from_the_runs(summary):
+    c = tracking.client()
+    m = matrix.results_matrix(c)
+    row = m[m["drafter"] == "ngram"].iloc[0]
+    assert row["id"] == summary["results"][0]["id"] and "×) @" in row["k=2"]
+    recipe = load()
+    from labkit.lab import effective_recipe
+
+    eff = effective_recipe({"recipe": "default", **SWEEP})
+    fields = {f["field"]: f for f in matrix.worksheet(c, eff)}
+    assert fields["concurrency measured"]["value"].startswith("no data")
+    assert fields["model artifact + checksum"]["value"].endswith(
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")
+    assert fields["tool-suite runs"]["source"] == summary["results"][2]["id"]
+    assert "unavailable" in fields["energy per token"]["value"] or "j_per_token" in fields["energy per token"]["value"]
+    assert fields["decision"]["value"].split(":")[0] in ("keep", "widen", "narrow", "disable")
+    adv = matrix.advise(c, eff)
+    assert adv["source"] == summary["results"][0]["id"] and adv["per_workload"][0]["workload"] == "edit"
+    assert recipe.name == "default"
