@@ -31,8 +31,8 @@ toolsuite_tasks = None  # None: the whole suite
 # %%
 import json
 
-from labkit import qc, runtime, toolsuite
 from labkit import lab as labkit_lab
+from labkit import qc, runtime, toolsuite
 
 lab = labkit_lab.start(globals())
 R = lab.recipe

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from . import toolsuite
-from .lossless import divergence_report
 from .loop import run, tokens_of
+from .lossless import divergence_report
 from .stats import summarize
 
 
