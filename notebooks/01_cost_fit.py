@@ -25,6 +25,7 @@ recipe = "default"
 verify_m = None  # row counts; None: the recipe's
 verify_rounds = None  # rounds over all m; None: the recipe's
 kv_depth = None  # KV cache depth the rows are verified at; None: the recipe's
+cost_models = None  # the synthetic dense/MoE pair; None: the recipe's ([] skips the contrast)
 
 # %%
 from labkit import bench, costmodel
@@ -41,6 +42,12 @@ H = res["H_ms"]
 lab.metric("H_ms", H["median"], lo=H["min"], hi=H["max"])
 lab.table("verify-per-m", costmodel.per_m_table(res), noise={"median_ms": ["min_ms", "max_ms"], "key": ["m"]})
 
+# %% [markdown]
+# The fit on every sample, and the fit of what is actually there: the one-row step runs
+# a matrix-vector kernel and is kept apart; for m ≥ 2, odd m can cost more than the next
+# even m (row-pair kernels), so that fit has an odd-m term. Residuals per m show which
+# describes the data.
+
 # %%
 fit = costmodel.fit_verify(samples)
 lab.metric("verify_a_ms", fit.a, lo=fit.a_ci[0], hi=fit.a_ci[1])
@@ -52,3 +59,26 @@ lab.table("verify-fit", costmodel.fit_table(fit))
 lab.figure("verify_cost", samples, name="cost-fit", fit=fit.to_dict(), H_ms=H["median"],
            title=f"verify(m) · {R.model} · KV depth {R.kv_depth}",
            noise={"median_ms": ["min_ms", "max_ms"], "key": ["m"]})
+
+# %%
+vm = costmodel.fit_verify_model(samples)
+lab.table("verify-fit-piecewise", costmodel.fit_table(vm.fit).assign(H_ms=vm.H))
+lab.table("residuals", costmodel.residual_table(samples, fit, vm))
+lab.figure("verify_cost", samples[samples["m"] >= 2], name="cost-fit-m2-parity", fit=vm.fit.to_dict(),
+           H_ms=vm.H, title="verify(m), m ≥ 2, with an odd-m term", noise={"median_ms": ["min_ms", "max_ms"], "key": ["m"]})
+
+# %% [markdown]
+# ## Dense vs MoE on matched active parameters — SYNTHETIC random weights, cost only
+
+# %%
+from labkit import archcost
+
+if R.cost_models:
+    arch = archcost.measure(R.cost_models, m_values=R.verify_m, rounds=R.verify_rounds, kv_depth=R.kv_depth,
+                            threads=R.threads, seed=R.seed)
+    ac = archcost.contrast(arch)
+    lab.table("dense-vs-moe-fits", ac["fits"])
+    lab.table("dense-vs-moe-per-m", ac["per_m"])
+    lab.metric("synthetic.expert_term_ms_per_row", ac["expert_term_ms_per_row"], lo=ac["expert_term_ci"][0],
+               hi=ac["expert_term_ci"][1])
+    lab.figure("arch_contrast", arch, name="dense-vs-moe")

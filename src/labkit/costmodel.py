@@ -215,3 +215,13 @@ def predict(cells: pd.DataFrame, rows: pd.DataFrame, vm: VerifyModel) -> pd.Data
                     "pred_tokens_per_step": e["tokens"], "pred_D_ms": e["D_ms"], "pred_V_ms": e["V_ms"],
                     "pred_ms_per_token": per_tok, "H_ms": plain, "losing_term": term})
     return pd.DataFrame(out)
+
+
+def residual_table(samples: pd.DataFrame, linear: LinearFit, vm: VerifyModel) -> pd.DataFrame:
+    """Median residual per m of the straight-line fit and of the piecewise (H + parity) model."""
+    med = samples.groupby("m")["ms"].median().reset_index()
+    med["linear_fit_ms"] = linear.predict(med["m"])
+    med["piecewise_ms"] = vm.V(med["m"])
+    med["linear_residual_ms"] = med["ms"] - med["linear_fit_ms"]
+    med["piecewise_residual_ms"] = med["ms"] - med["piecewise_ms"]
+    return med.rename(columns={"ms": "median_ms"})

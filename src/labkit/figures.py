@@ -227,3 +227,22 @@ def plot_acceptance_vs_repetition(data: pd.DataFrame, *, title: str = "n-gram ac
     ax.set_title(title)
     fig.tight_layout()
     return fig, data[["workload", "prompt", "temperature", "k", "repetition", "acceptance"]].reset_index(drop=True)
+
+
+@register("arch_contrast")
+def plot_arch_contrast(data: pd.DataFrame, *, title: str = "verify(m): dense vs MoE (SYNTHETIC, cost only)"):
+    """Median verify(m) per model with min-max bars; the label says the models are synthetic."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    g = data.groupby(["model", "m"])["ms"].agg(["median", "min", "max"]).reset_index()
+    for i, (model, w) in enumerate(g.groupby("model")):
+        ax.errorbar(w["m"], w["median"], yerr=[w["median"] - w["min"], w["max"] - w["median"]], marker="o",
+                    capsize=2, label=model, color=f"C{i}")
+    ax.set_xticks(sorted(data["m"].unique()))
+    ax.set_xlabel("rows verified m")
+    ax.set_ylabel("ms per verify (median, min-max)")
+    ax.set_title(title)
+    ax.text(0.02, 0.97, "SYNTHETIC random weights: valid for cost only", transform=ax.transAxes, va="top",
+            fontsize=8, color="C3")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig, g
