@@ -35,3 +35,13 @@ def tmp_cache(tmp_path, monkeypatch):
     """An empty model cache, for tests that damage or rebuild artifacts."""
     monkeypatch.setenv("LABKIT_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A fresh SQLite MLflow store (and artifact folder) for one test module."""
+    d = tmp_path_factory.mktemp("mlflow")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{d / 'mlflow.db'}")
+    yield d
+    mp.undo()

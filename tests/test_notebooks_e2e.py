@@ -15,15 +15,6 @@ SWEEP = {"k": [0, 2], "workloads": ["edit"], "prompts_per_workload": 1, "runs": 
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    d = tmp_path_factory.mktemp("e2e")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{d / 'mlflow.db'}")
-    yield d
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
 def summary(store):
     params = {**SWEEP, "toolsuite_tasks": 3, "toolsuite_runs": 1, "toolsuite_k": 2, "power_workload": "edit"}
     return rp.reproduce(only=["02", "03", "04", "05", "06"], out_dir=str(store / "out"), params=params)

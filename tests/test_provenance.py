@@ -23,16 +23,6 @@ FAST = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32}
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """A fresh SQLite tracking store for this module."""
-    d = tmp_path_factory.mktemp("mlflow")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{d / 'mlflow.db'}")
-    yield d
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
 def cost_run(store):
     """One real `labkit reproduce --only 01_cost_fit` (tiny parameters)."""
     summary = rp.reproduce(only=["01_cost_fit"], out_dir=str(store / "out"), params=FAST)

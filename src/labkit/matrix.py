@@ -7,8 +7,6 @@ Nothing here measures. Every number comes from a finished MLflow run, cited by i
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 
@@ -48,15 +46,7 @@ def latest_per_recipe(c, notebook: str) -> list:
 
 def load_table(c, run, name: str) -> pd.DataFrame:
     """A table a notebook logged with ``lab.table`` (exact data)."""
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            p = c.download_artifacts(run.info.run_id, f"tables/{name}/data.json", d)
-            return figures.frame_from_json(Path(p).read_text())
-    except Exception as e:
-        raise LabkitError(
-            f"run {run.data.tags.get('lab.id')} has no table {name!r} ({type(e).__name__})",
-            "its artifacts are missing: rerun the notebook with `labkit reproduce`",
-        ) from e
+    return figures.frame_from_json(tracking.read_artifact(c, run.info.run_id, f"tables/{name}/data.json"))
 
 
 def source_run(c, notebook: str, recipe) -> tuple:

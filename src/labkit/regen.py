@@ -70,14 +70,7 @@ def show(lab_id: str) -> dict:
 
 
 def _load_frame(c, run_id: str, path: str):
-    import tempfile
-
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            return figures.frame_from_json(Path(c.download_artifacts(run_id, path, d)).read_text())
-    except Exception as e:
-        raise LabkitError(f"the data behind {path} in run {run_id} is missing or unreadable ({type(e).__name__})",
-                          "the run's artifacts were deleted or moved; rerun it with `labkit regen --rerun`") from e
+    return figures.frame_from_json(tracking.read_artifact(c, run_id, path))
 
 
 def regen_one(c, run_id: str, spec: dict, out_dir: Path) -> dict:

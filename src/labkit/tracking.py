@@ -142,18 +142,23 @@ def log_json(c, run_id: str, obj, artifact_file: str) -> None:
     c.log_text(run_id, json.dumps(obj, indent=1, default=str, ensure_ascii=False), artifact_file)
 
 
-def load_json_artifact(c, run_id: str, path: str):
+def read_artifact(c, run_id: str, path: str) -> str:
+    """The text of one logged artifact, or a clear error when it is missing or unreadable."""
     import tempfile
 
     try:
         with tempfile.TemporaryDirectory() as d:
-            local = c.download_artifacts(run_id, path, d)
-            return json.loads(Path(local).read_text())
+            return Path(c.download_artifacts(run_id, path, d)).read_text()
     except Exception as e:
         raise LabkitError(
-            f"run {run_id} has no readable artifact {path!r} ({type(e).__name__})",
-            "the run's artifacts are missing or were deleted: regenerate the run with `labkit reproduce`",
+            f"run {run_id}: the artifact {path!r} is missing or unreadable ({type(e).__name__})",
+            "the run's artifacts were deleted or moved: regenerate the run with `labkit reproduce` "
+            "(or `labkit regen --rerun`)",
         ) from e
+
+
+def load_json_artifact(c, run_id: str, path: str):
+    return json.loads(read_artifact(c, run_id, path))
 
 
 def flat_tags(prov: dict) -> dict:
