@@ -58,7 +58,7 @@ stamp_src=$(cat pyproject.toml requirements/constraints.txt "$WHEEL_DIR/build.js
 if [ "$(cat "$VENV/.labkit-stamp" 2>/dev/null)" != "$stamp_src" ]; then
     log "installing labkit and pinned dependencies into $VENV"
     "$VPY" -m pip install -q --disable-pip-version-check -c requirements/constraints.txt \
-        "$wheel" -e ".[dev]"
+        "$wheel" -e ".[dev,mlx]"
     mkdir -p "$VENV/share/labkit"
     cp "$WHEEL_DIR/build.json" "$VENV/share/labkit/llama-build.json"
     echo "$stamp_src" > "$VENV/.labkit-stamp"

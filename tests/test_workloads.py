@@ -43,12 +43,14 @@ def test_shipped_workload_is_well_formed(name):
 
 
 def test_edit_prompts_end_where_the_copy_begins():
-    for p in load_workload("edit"):
-        # The passage comes first, then one line announcing the change and nothing else,
-        # so the model's continuation is the edited copy.
-        assert p.text.startswith("Original ")
+    prompts = load_workload("edit")
+    demo = prompts[0].text.split("\n\nOriginal ")[0]
+    for p in prompts:
+        # The same worked example, then the passage, then one line announcing the change
+        # and nothing else, so the model's continuation is the edited copy.
+        assert p.text.startswith(demo + "\n\nOriginal ")
+        assert p.text.count("\n\nThe same ") == 2
         assert p.text.endswith(":\n")
-        assert "\n\nThe same " in p.text
 
 
 def test_prose_zh_is_chinese():

@@ -190,6 +190,8 @@ def engine_tags(desc: dict) -> dict:
             "engine.version": b.get("llama_cpp_python") or b.get("mlx_lm"),
             "engine.commit": b.get("llama_cpp_commit"),
             "engine.flags": b.get("cmake_args"),
+            "engine.blas": (b.get("blas") or {}).get("blas") if isinstance(b.get("blas"), dict) else b.get("blas"),
+            "engine.label": desc.get("label"),
             "engine.system_info": b.get("system_info"),
             "engine.threads": desc.get("threads"),
             "engine.n_gpu_layers": desc.get("n_gpu_layers"),

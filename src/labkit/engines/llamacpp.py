@@ -73,6 +73,80 @@ def build_info() -> dict:
     return info
 
 
+class LlamaVocab:
+    """llama.cpp's tokenizer over a loaded vocabulary (shared by the llama.cpp and MLX engines).
+
+    ``LlamaVocab.load(path)`` reads only the vocabulary of a GGUF (``vocab_only``).
+    """
+
+    def __init__(self, lc, vocab, *, owner=None):
+        self._lc, self.vocab, self._owner = lc, vocab, owner  # owner: a vocab-only model to free
+        self.n_vocab = lc.llama_vocab_n_tokens(vocab)
+        # Synthetic cost models carry no tokenizer (type "none"): llama.cpp asserts
+        # (kills the process) if asked to tokenize or name their tokens.
+        self.has_tokenizer = lc.llama_vocab_type(vocab) != lc.LLAMA_VOCAB_TYPE_NONE
+        self.path = None
+
+    @classmethod
+    def load(cls, path) -> LlamaVocab:
+        _init_backend()
+        lc = _lib()
+        mp = lc.llama_model_default_params()
+        mp.vocab_only = True
+        model = lc.llama_model_load_from_file(str(path).encode(), mp)
+        if not model:
+            raise EngineError(f"llama.cpp could not load the vocabulary of {path}: {recent_log(4)}",
+                              "check that the file is a complete GGUF (reconvert or rebuild it)")
+        v = cls(lc, lc.llama_model_get_vocab(model), owner=model)
+        v.path = str(path)
+        return v
+
+    def _need_tokenizer(self) -> None:
+        if not self.has_tokenizer:
+            raise EngineError(
+                "this model has no tokenizer (a synthetic cost model): it takes token ids only",
+                "use it for cost measurements (bench verify), not for text workloads or as a draft model",
+            )
+
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
+        self._need_tokenizer()
+        lc = self._lc
+        raw = text.encode("utf-8")
+        cap = len(raw) + 16
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_bos, True)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_bos, True)
+        return list(buf[: max(n, 0)])
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        self._need_tokenizer()
+        lc = self._lc
+        arr = (lc.llama_token * max(1, len(tokens)))(*tokens)
+        cap = 16 * len(tokens) + 64
+        out = ctypes.create_string_buffer(cap)
+        n = lc.llama_detokenize(self.vocab, arr, len(tokens), out, cap, False, False)
+        if n < 0:
+            out = ctypes.create_string_buffer(-n)
+            n = lc.llama_detokenize(self.vocab, arr, len(tokens), out, -n, False, False)
+        return out.raw[: max(n, 0)].decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._lc.llama_vocab_is_eog(self.vocab, token))
+
+    def token_text(self, token: int) -> str:
+        self._need_tokenizer()
+        t = self._lc.llama_vocab_get_text(self.vocab, token)
+        return t.decode("utf-8", "replace") if t else ""
+
+    def close(self) -> None:
+        if self._owner:
+            self._lc.llama_model_free(self._owner)
+            self._owner = None
+
+
 class LlamaCppEngine(Engine):
     """A llama.cpp model and context on one sequence.
 
@@ -113,10 +187,9 @@ class LlamaCppEngine(Engine):
                 "(rebuild zoo models with `labkit models --rebuild NAME`)",
             )
         self.vocab = lc.llama_model_get_vocab(self.model)
-        self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
-        # Synthetic cost models carry no tokenizer (type "none"): llama.cpp asserts
-        # (kills the process) if asked to tokenize or name their tokens.
-        self.has_tokenizer = lc.llama_vocab_type(self.vocab) != lc.LLAMA_VOCAB_TYPE_NONE
+        self.tok = LlamaVocab(lc, self.vocab)
+        self.n_vocab = self.tok.n_vocab
+        self.has_tokenizer = self.tok.has_tokenizer
         self.n_batch = max(n_batch, 64)
         cp = lc.llama_context_default_params()
         cp.n_ctx = n_ctx
@@ -201,45 +274,17 @@ class LlamaCppEngine(Engine):
         self.n_past = min(self.n_past, n_past)
 
     # -- tokens ---------------------------------------------------------------------
-    def _need_tokenizer(self) -> None:
-        if not self.has_tokenizer:
-            raise EngineError(
-                f"{self.model_path} has no tokenizer (a synthetic cost model): it takes token ids only",
-                "use it for cost measurements (bench verify), not for text workloads or as a draft model",
-            )
-
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
-        self._need_tokenizer()
-        lc = self._lc
-        raw = text.encode("utf-8")
-        cap = len(raw) + 16
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_bos, True)
-        if n < 0:
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_bos, True)
-        return list(buf[: max(n, 0)])
+        return self.tok.tokenize(text, add_bos=add_bos)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        self._need_tokenizer()
-        lc = self._lc
-        arr = (lc.llama_token * max(1, len(tokens)))(*tokens)
-        cap = 16 * len(tokens) + 64
-        out = ctypes.create_string_buffer(cap)
-        n = lc.llama_detokenize(self.vocab, arr, len(tokens), out, cap, False, False)
-        if n < 0:
-            out = ctypes.create_string_buffer(-n)
-            n = lc.llama_detokenize(self.vocab, arr, len(tokens), out, -n, False, False)
-        return out.raw[: max(n, 0)].decode("utf-8", "replace")
+        return self.tok.detokenize(tokens)
 
     def is_eog(self, token: int) -> bool:
-        return bool(self._lc.llama_vocab_is_eog(self.vocab, token))
+        return self.tok.is_eog(token)
 
     def token_text(self, token: int) -> str:
-        self._need_tokenizer()
-        t = self._lc.llama_vocab_get_text(self.vocab, token)
-        return t.decode("utf-8", "replace") if t else ""
+        return self.tok.token_text(token)
 
     # -- provenance -------------------------------------------------------------------
     def describe(self) -> dict:

@@ -39,6 +39,7 @@ import numpy as np
 from ..errors import LabkitError, missing_extra
 from ..mlx_convert import VOCAB_FILE, MlxArtifact, resolve_mlx_model
 from .base import Engine, EngineError
+from .llamacpp import LlamaVocab
 
 PREFILL_STEP = 512  # rows per model call in a long prefill (mlx-lm's prefill_step_size)
 # Up to this many rows without all logits (a draft model catching up on [last draft,
@@ -145,59 +146,6 @@ def _mapped(fragment: str) -> str | None:
     return None
 
 
-class _LlamaVocab:
-    """llama.cpp's tokenizer for a vocab-only GGUF (token ids exactly llama.cpp's)."""
-
-    def __init__(self, path: Path):
-        from .llamacpp import _init_backend, _lib, recent_log
-
-        _init_backend()
-        lc = self._lc = _lib()
-        mp = lc.llama_model_default_params()
-        mp.vocab_only = True
-        self.model = lc.llama_model_load_from_file(str(path).encode(), mp)
-        if not self.model:
-            raise EngineError(f"llama.cpp could not load the vocabulary {path}: {recent_log(4)}",
-                              "reconvert the model (resolve_mlx_model(name, rebuild=True))")
-        self.vocab = lc.llama_model_get_vocab(self.model)
-        self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
-
-    def tokenize(self, text: str, add_bos: bool) -> list[int]:
-        lc = self._lc
-        raw = text.encode("utf-8")
-        cap = len(raw) + 16
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_bos, True)
-        if n < 0:
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_bos, True)
-        return list(buf[: max(n, 0)])
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        lc = self._lc
-        arr = (lc.llama_token * max(1, len(tokens)))(*tokens)
-        cap = 16 * len(tokens) + 64
-        out = ctypes.create_string_buffer(cap)
-        n = lc.llama_detokenize(self.vocab, arr, len(tokens), out, cap, False, False)
-        if n < 0:
-            out = ctypes.create_string_buffer(-n)
-            n = lc.llama_detokenize(self.vocab, arr, len(tokens), out, -n, False, False)
-        return out.raw[: max(n, 0)].decode("utf-8", "replace")
-
-    def is_eog(self, token: int) -> bool:
-        return bool(self._lc.llama_vocab_is_eog(self.vocab, token))
-
-    def token_text(self, token: int) -> str:
-        t = self._lc.llama_vocab_get_text(self.vocab, token)
-        return t.decode("utf-8", "replace") if t else ""
-
-    def close(self) -> None:
-        if getattr(self, "model", None):
-            self._lc.llama_model_free(self.model)
-            self.model = None
-
-
 class _HfVocab:
     """An MLX directory's own HF tokenizer (directories labkit did not convert)."""
 
@@ -210,7 +158,7 @@ class _HfVocab:
         self.tok = load_tokenizer(path)
         self.eos = eos | set(getattr(self.tok, "eos_token_ids", []) or [])
 
-    def tokenize(self, text: str, add_bos: bool) -> list[int]:
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         ids = self.tok.encode(text, add_special_tokens=False)
         bos = self.tok.bos_token_id
         return ([bos] if add_bos and bos is not None else []) + list(ids)
@@ -259,7 +207,7 @@ class MlxEngine(Engine):
         vocab_file = self.path / VOCAB_FILE
         eos = self.config.get("eos_token_id")
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        self.tok = _LlamaVocab(vocab_file) if vocab_file.is_file() else _HfVocab(self.path, eos_ids)
+        self.tok = LlamaVocab.load(vocab_file) if vocab_file.is_file() else _HfVocab(self.path, eos_ids)
         self.has_tokenizer = True
         self.cache = full_cache(self.model)
         self.n_past = 0
@@ -327,7 +275,7 @@ class MlxEngine(Engine):
 
     # -- tokens ---------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
-        return self.tok.tokenize(text, add_bos)
+        return self.tok.tokenize(text, add_bos=add_bos)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self.tok.detokenize(tokens)
@@ -359,7 +307,7 @@ class MlxEngine(Engine):
             "model_n_params": params["n"],
             "n_layer": len(self.model.layers),
             "n_vocab": self.n_vocab,
-            "tokenizer": "llama.cpp vocab_only (vocab.gguf)" if isinstance(self.tok, _LlamaVocab) else "HF tokenizer",
+            "tokenizer": "llama.cpp vocab_only (vocab.gguf)" if isinstance(self.tok, LlamaVocab) else "HF tokenizer",
             "model": self.artifact,
             "residency": {"note": "unified memory" if sys.platform == "darwin" else "all weights and KV on the host"},
         }
