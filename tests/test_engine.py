@@ -90,3 +90,21 @@ def test_missing_and_corrupt_model_files(tmp_path):
 def test_top2_gap():
     row = np.array([0.0, 3.0, 2.5, -1.0], dtype=np.float32)
     assert top2_gap(row) == (1, 2, pytest.approx(0.5))
+
+
+def test_prefill_reuses_the_cached_prefix(engine):
+    a = engine.tokenize("Shared preamble: the quick brown fox jumps over the lazy dog. Task one.")
+    b = engine.tokenize("Shared preamble: the quick brown fox jumps over the lazy dog. Task two, longer.")
+    assert engine.prefill(a) == len(a)
+    assert engine.kv_tokens == a
+    engine.decode([5, 6, 7])  # generated tokens after the prompt
+    common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert engine.prefill(b, reuse=True) == len(b) - common
+    assert engine.kv_tokens == b and engine.n_past == len(b)
+    reused = np.array(engine.logits(-1))
+    engine.prefill(b)  # from scratch
+    assert engine.argmax(-1) == int(np.argmax(reused))
+    top = np.argsort(reused)[-5:]
+    assert np.abs(np.asarray(engine.logits(-1))[top] - reused[top]).max() < 1.5
+    engine.rollback(0)
+    assert engine.kv_tokens == []

@@ -28,8 +28,9 @@ class Draft:
 
 class Drafter(abc.ABC):
     name: str = "base"
+    supports_prompt_reuse: bool = True  # may begin() keep a cached prompt prefix?
 
-    def begin(self, prompt: Sequence[int]) -> None:  # noqa: B027 - optional hook
+    def begin(self, prompt: Sequence[int], *, reuse: bool = False) -> None:  # noqa: B027 - optional hook
         """Called once per generation, after the target's prefill."""
 
     @abc.abstractmethod
@@ -74,7 +75,7 @@ class NgramDrafter(Drafter):
                     self._index[n][tuple(h[j - n : j])] = j
             h.append(t)
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], *, reuse: bool = False) -> None:
         self._reset(prompt)
 
     def propose(self, history, k, *, temperature=0.0, rng=None) -> Draft:
@@ -120,9 +121,8 @@ class ModelDrafter(Drafter):
         self._cached: list[int] = []
         self._n_seen = 0
 
-    def begin(self, prompt: Sequence[int]) -> None:
-        self.engine.rollback(0)
-        self.engine.decode(list(prompt), all_logits=False)
+    def begin(self, prompt: Sequence[int], *, reuse: bool = False) -> None:
+        self.engine.prefill(prompt, reuse=reuse)
         self._cached = list(prompt)
         self._n_seen = len(prompt)
 

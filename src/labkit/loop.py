@@ -135,11 +135,15 @@ def generate(
     gate: AcceptanceGate | None = None,
     stop_at_eog: bool = True,
     stop_tokens: frozenset[int] | set[int] = frozenset(),
+    cache_prompt: bool = False,
 ) -> Iterator[StepRecord]:
     """Decode ``prompt`` (token ids) for up to ``max_tokens`` tokens, yielding one record per step.
 
     Generation ends after an end-of-generation token (``stop_at_eog``) or any token in
     ``stop_tokens``, which is emitted and ends the output, as in plain decoding.
+    ``cache_prompt`` keeps the prompt prefix already in the cache(s) from a previous
+    generation (e.g. a shared few-shot preamble); the prefill record's m then counts the
+    rows actually decoded.
     """
     if k < 0:
         raise LabkitError(f"k = {k} is negative", "use k >= 0 (k = 0 is plain decoding)")
@@ -149,8 +153,9 @@ def generate(
         raise LabkitError(f"temperature {temperature} is negative", "use 0 (greedy) or a positive value")
     if not prompt:
         raise LabkitError("the prompt is empty", "give at least one token")
-    engine.rollback(0)
-    engine.check_fits(len(prompt) + max_tokens + k, what=f"prompt ({len(prompt)} tokens) + max_tokens + k")
+    engine.check_fits(len(prompt) + max_tokens + k - engine.n_past,
+                      what=f"prompt ({len(prompt)} tokens) + max_tokens + k")
+    reuse = cache_prompt and (drafter is None or drafter.supports_prompt_reuse)
     rng = np.random.default_rng(seed)
     greedy = temperature == 0.0
 
@@ -158,17 +163,17 @@ def generate(
         return engine.argmax(row) if greedy else sample(softmax(engine.logits(row), temperature), rng)
 
     t_start = time.perf_counter()
-    engine.decode(list(prompt), all_logits=False)
+    rows = engine.prefill(prompt, reuse=reuse)
     t_pf = time.perf_counter()
     if drafter is not None:
-        drafter.begin(prompt)  # e.g. a draft model's own prefill: part of time-to-first-token
+        drafter.begin(prompt, reuse=reuse)  # e.g. a draft model's own prefill: part of time-to-first-token
     t_dpf = time.perf_counter()
     tok = choose(-1)
     t_end = time.perf_counter()
     history = list(prompt) + [tok]
     emitted = 1
     yield StepRecord(
-        0, "prefill", 0, 0, 0, [], [], len(prompt), (t_dpf - t_pf) * 1e3, (t_pf - t_start) * 1e3,
+        0, "prefill", 0, 0, 0, [], [], rows, (t_dpf - t_pf) * 1e3, (t_pf - t_start) * 1e3,
         (t_end - t_dpf) * 1e3, [tok], [False], (t_end - t_start) * 1e3,
     )
     def stops(t: int) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 
 from . import figures, tracking
@@ -99,29 +100,45 @@ def results_matrix(c, *, workload: str = "all", temperature: float = 0.0) -> pd.
 
 
 def decide(cells: pd.DataFrame, pred: pd.DataFrame | None, k_tested: list[int]) -> dict:
-    """keep / widen / narrow / disable, with the inequality term behind it."""
-    spec = cells[(cells["k"] > 0) & (cells["temperature"] == 0)]
-    if spec.empty:
+    """keep / widen / narrow / disable for the best global default (greedy), with the
+    inequality term behind the cells that lose.
+
+    The default is the (drafter, k) with the best geometric-mean speedup over the
+    workloads; "narrow" when some workloads lose at that k, "widen" when that k is the
+    largest tested, "disable" when no default beats plain decoding.
+    """
+    from .sweep import global_default
+
+    greedy = cells[cells["temperature"] == 0]
+    glob = global_default(greedy)
+    if glob.empty:
         return {"decision": NO_DATA.format(why="no speculative cells"), "term": None}
-    best = spec.loc[spec["speedup"].idxmax()]
-    per_wl = spec.groupby("workload")["speedup"].max()
-    winners = sorted(per_wl[per_wl > 1].index)
-    losers = sorted(per_wl[per_wl <= 1].index)
-    term = None
+    top = glob.loc[glob["geomean_speedup"].idxmax()]
+    drafter, gm = top["drafter"], float(top["geomean_speedup"])
+    spec = greedy[(greedy["drafter"] == drafter) & (greedy["k"] > 0)]
+    k = int(spec.groupby("k")["speedup"].apply(lambda v: float(np.exp(np.log(v).mean()))).idxmax())
+    at_k = spec[spec["k"] == k].set_index("workload")["speedup"]
+    winners, losers = sorted(at_k[at_k > 1].index), sorted(at_k[at_k <= 1].index)
+    terms = []
     if pred is not None and not pred.empty:
-        lose = pred[(pred["losing_term"].notna()) & (pred["drafter"] == best["drafter"])]
-        if not lose.empty:
-            term = lose.iloc[0]["losing_term"]
-    if best["speedup"] <= 1:
-        decision = "disable: no drafter/k beats plain decoding"
+        lose = pred[pred["losing_term"].notna() & (pred["drafter"] == drafter) & (pred["k"] == k)
+                    & (pred["temperature"] == 0)]
+        terms = [f"{r.workload} k={k}: {r.losing_term}" for r in lose.itertuples()]
+        if gm <= 1 and not terms:
+            lose = pred[pred["losing_term"].notna() & (pred["temperature"] == 0)]
+            terms = [f"{r.drafter} {r.workload} k={r.k}: {r.losing_term}" for r in lose.head(1).itertuples()]
+    if gm <= 1:
+        decision = "disable: no drafter/k beats plain decoding across the workloads"
     elif losers:
-        decision = f"narrow: enable for {', '.join(winners)}; disable (or gate) for {', '.join(losers)}"
-    elif int(best["k"]) == max(k_tested):
-        decision = f"widen: best k = {int(best['k'])} is the largest tested; try larger k"
+        decision = (f"narrow: {drafter} k={k} for {', '.join(winners)}; disable (or rely on the gate) "
+                    f"for {', '.join(losers)}")
+    elif k == max(k_tested):
+        decision = f"widen: {drafter} k={k} is the largest k tested; measure larger k"
     else:
-        decision = f"keep: {best['drafter']} at k = {int(best['k'])}"
-    return {"decision": decision, "best": {"drafter": best["drafter"], "k": int(best["k"]),
-                                           "speedup": float(best["speedup"])}, "term": term}
+        decision = f"keep: {drafter} at k={k}"
+    return {"decision": decision, "best": {"drafter": drafter, "k": k, "geomean_speedup": gm,
+                                           "per_workload": {w: float(v) for w, v in at_k.items()}},
+            "term": "; ".join(terms) or None}
 
 
 def worksheet(c, recipe) -> list[dict]:
@@ -161,12 +178,16 @@ def worksheet(c, recipe) -> list[dict]:
             pred = None
         base = cells[(cells["k"] == 0) & (cells["temperature"] == 0)]
         d = decide(cells, pred, sorted(int(k) for k in cells["k"].unique()))
-        add("n_max (best k)", f"{d['best']['drafter']} k = {d['best']['k']} ({d['best']['speedup']:.2f}× median)"
-            if "best" in d else d["decision"], sid)
-        g = cells[(cells["k"] == d.get("best", {}).get("k", -1)) & (cells["drafter"] == d.get("best", {}).get("drafter"))]
-        add("mean accept length", f"{g['mean_accepted'].median():.2f} accepted drafts per step "
-                                  f"({g['tokens_per_step'].median():.2f} tokens per step)" if not g.empty else
-            NO_DATA.format(why="no speculative cell"), sid)
+        best = d.get("best", {})
+        add("n_max (best k)", f"{best['drafter']} k = {best['k']} (geometric-mean speedup {best['geomean_speedup']:.2f}× "
+            "over the workloads)" if best else d["decision"], sid)
+        rows = load_table(c, run, "sweep-runs")
+        g = rows[(rows["drafter"] == best.get("drafter")) & (rows["k"] == best.get("k", -1)) & (~rows["cold"])
+                 & (rows["temperature"] == 0)]
+        add("mean accept length", f"{g['accepted'].sum() / g['spec_steps'].sum():.2f} accepted drafts per drafting "
+                                  f"step; {g['decode_tokens'].sum() / g['steps'].sum():.2f} tokens per step "
+                                  "(all steps, pooled over workloads)" if len(g) and g["spec_steps"].sum() else
+            NO_DATA.format(why="no speculative run"), sid)
         add("warm decode tok/s (plain)", f"{base['tok_s'].median():.1f} (range {base['tok_s_min'].min():.1f}-"
                                          f"{base['tok_s_max'].max():.1f}, {int(base['n'].sum())} warm runs)", sid)
         add("decision", d["decision"], sid)
@@ -208,10 +229,12 @@ def advise(c, recipe, *, workload: str | None = None, temperature: float = 0.0) 
                               f"measured: {', '.join(sorted(cells['workload'].unique()))}")
     rows = []
     for wl, g in best.groupby("workload"):
-        top = g.loc[g["speedup"].idxmax()]
-        rows.append({"workload": wl, "recommend": "disable" if top["best_k"] == 0 else
-                     f"{top['drafter']} k={int(top['best_k'])}", "drafter": top["drafter"],
-                     "k": int(top["best_k"]), "speedup": float(top["speedup"]),
+        top = g.loc[g["best_spec_speedup"].idxmax()]  # the best drafter and k tested on this workload
+        wins = top["best_spec_speedup"] > 1.0
+        rows.append({"workload": wl, "recommend": f"{top['drafter']} k={int(top['best_spec_k'])}" if wins else "disable",
+                     "drafter": top["drafter"], "k": int(top["best_spec_k"]) if wins else 0,
+                     "speedup": float(top["best_spec_speedup"]) if wins else 1.0,
+                     "best_tested": f"{top['drafter']} k={int(top['best_spec_k'])}",
                      "best_tested_speedup": float(top["best_spec_speedup"])})
     glob = global_default(cells)
     return {"recipe": recipe.name, "recipe_hash": recipe.hash, "source": lab_id, "temperature": temperature,

@@ -298,7 +298,9 @@ class MTPDrafter(Drafter):
         return self._h_prev
 
     # -- Drafter ----------------------------------------------------------------------
-    def begin(self, prompt: Sequence[int]) -> None:
+    supports_prompt_reuse = False  # its catch-up needs the target's hidden rows of the whole prompt
+
+    def begin(self, prompt: Sequence[int], *, reuse: bool = False) -> None:
         """After the target's prefill: the prompt's catch-up (timed as the drafter's prefill)."""
         if self.target.n_past != len(prompt):
             raise LabkitError(

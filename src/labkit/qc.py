@@ -29,7 +29,8 @@ def run_suite(engine, tasks, *, drafter=None, k: int = 0, temperature: float = 0
     for i, task in enumerate(tasks):
         ids = engine.tokenize(toolsuite.build_prompt(task))
         recs = run(engine, ids, drafter=drafter, k=k, max_tokens=max_tokens, temperature=temperature,
-                   seed=seed + i, gate=make_gate() if (make_gate and k > 0) else None, stop_tokens=stops)
+                   seed=seed + i, gate=make_gate() if (make_gate and k > 0) else None, stop_tokens=stops,
+                   cache_prompt=True)  # the few-shot preamble is shared by every task
         text = engine.detokenize(tokens_of(recs))
         sc = toolsuite.score_task(task, text)
         s = summarize(recs)

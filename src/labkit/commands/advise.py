@@ -24,7 +24,8 @@ def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
     res = advise(tracking.client(), load(args.recipe), workload=args.workload, temperature=args.temperature)
     for r in res["per_workload"]:
-        print(f"{r['workload']:<10} {r['recommend']:<16} ({r['speedup']:.2f}× measured) [{res['source']}]")
+        print(f"{r['workload']:<10} {r['recommend']:<12} (best tested: {r['best_tested']}, "
+              f"{r['best_tested_speedup']:.2f}× vs plain) [{res['source']}]")
     for g in res["global_default"] or []:
         print(f"global default for {g['drafter']}: k={g['k']} (geometric-mean speedup {g['geomean_speedup']:.2f}×)")
     emit(res)

@@ -27,6 +27,7 @@ class Engine(abc.ABC):
     n_past: int = 0
     n_ctx: int = 0
     n_vocab: int = 0
+    kv_tokens: list[int]  # the tokens at cache positions 0..n_past-1 (engines keep it in step)
 
     # -- the three operations the loop is built on ---------------------------------
     @abc.abstractmethod
@@ -63,6 +64,21 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def token_text(self, token: int) -> str:
         """The vocabulary entry for ``token`` (used to fingerprint vocabularies)."""
+
+    def prefill(self, prompt: Sequence[int], *, reuse: bool = False) -> int:
+        """Put ``prompt`` in the cache with its last row's logits; returns the rows decoded.
+
+        ``reuse`` keeps the longest cached prefix the prompt shares with what the cache
+        holds (at least the last prompt token is always decoded, for its logits).
+        """
+        n = 0
+        if reuse:
+            kv, lim = self.kv_tokens, min(len(self.kv_tokens), len(prompt) - 1)
+            while n < lim and kv[n] == prompt[n]:
+                n += 1
+        self.rollback(n)
+        self.decode(list(prompt[n:]), all_logits=False)
+        return len(prompt) - n
 
     def argmax(self, i: int = -1) -> int:
         return int(np.argmax(self.logits(i)))

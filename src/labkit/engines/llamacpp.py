@@ -220,6 +220,7 @@ class LlamaCppEngine(Engine):
         self._rows = 0  # output rows of the last decode
         self._row_index: list[int] = []  # output row -> batch index
         self.n_past = 0
+        self.kv_tokens: list[int] = []
         self.decode_hooks: list = []  # callables(tokens, first_pos) run after each decode (MTP)
 
     # -- core ---------------------------------------------------------------------
@@ -243,6 +244,7 @@ class LlamaCppEngine(Engine):
             if rc != 0:
                 # Whatever this chunk wrote is not trusted: drop it so the cache stays consistent.
                 lc.llama_memory_seq_rm(self.mem, 0, self.n_past, -1)
+                del self.kv_tokens[self.n_past :]
                 raise EngineError(
                     f"llama_decode returned {rc} at position {self.n_past} (chunk of {m} rows): "
                     f"{recent_log(4) or 'no log'}",
@@ -250,6 +252,7 @@ class LlamaCppEngine(Engine):
                     "the log above if it persists",
                 )
             self.n_past += m
+            self.kv_tokens.extend(chunk)
             for hook in self.decode_hooks:  # per chunk: only this chunk's outputs are readable now
                 hook(chunk, self.n_past - m)
         lc.llama_synchronize(self.ctx)
@@ -272,6 +275,7 @@ class LlamaCppEngine(Engine):
                     "this model's cache type cannot be partially erased; speculation needs one that can",
                 )
         self.n_past = min(self.n_past, n_past)
+        del self.kv_tokens[self.n_past :]
 
     # -- tokens ---------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:

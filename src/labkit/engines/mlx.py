@@ -211,6 +211,7 @@ class MlxEngine(Engine):
         self.has_tokenizer = True
         self.cache = full_cache(self.model)
         self.n_past = 0
+        self.kv_tokens: list[int] = []
         self._out = None  # mx array (rows, n_vocab) of the last decode
         self._np: np.ndarray | None = None
 
@@ -243,6 +244,7 @@ class MlxEngine(Engine):
             raise EngineError(f"MLX decode failed at position {start} ({n} rows): {e}",
                               "rerun; report it if it persists") from e
         self.n_past = start + n
+        self.kv_tokens.extend(tokens)
         self._out, self._np = out, None
 
     def logits(self, i: int = -1) -> np.ndarray:
@@ -272,6 +274,7 @@ class MlxEngine(Engine):
         if n_past < self.n_past:
             self._trim_to(n_past)
         self.n_past = min(self.n_past, n_past)
+        del self.kv_tokens[self.n_past :]
 
     # -- tokens ---------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
