@@ -28,10 +28,10 @@ class Draft:
 
 class Drafter(abc.ABC):
     name: str = "base"
-    supports_prompt_reuse: bool = True  # may begin() keep a cached prompt prefix?
+    supports_prompt_reuse: bool = True  # may begin() keep a shared prompt prefix cached?
 
-    def begin(self, prompt: Sequence[int], *, reuse: bool = False) -> None:  # noqa: B027 - optional hook
-        """Called once per generation, after the target's prefill."""
+    def begin(self, prompt: Sequence[int], *, keep: int = 0) -> None:  # noqa: B027 - optional hook
+        """Called once per generation, after the target's prefill (``keep``: see Engine.prefill)."""
 
     @abc.abstractmethod
     def propose(
@@ -75,7 +75,7 @@ class NgramDrafter(Drafter):
                     self._index[n][tuple(h[j - n : j])] = j
             h.append(t)
 
-    def begin(self, prompt: Sequence[int], *, reuse: bool = False) -> None:
+    def begin(self, prompt: Sequence[int], *, keep: int = 0) -> None:
         self._reset(prompt)
 
     def propose(self, history, k, *, temperature=0.0, rng=None) -> Draft:
@@ -121,8 +121,8 @@ class ModelDrafter(Drafter):
         self._cached: list[int] = []
         self._n_seen = 0
 
-    def begin(self, prompt: Sequence[int], *, reuse: bool = False) -> None:
-        self.engine.prefill(prompt, reuse=reuse)
+    def begin(self, prompt: Sequence[int], *, keep: int = 0) -> None:
+        self.engine.prefill(prompt, keep=keep)
         self._cached = list(prompt)
         self._n_seen = len(prompt)
 

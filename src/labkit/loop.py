@@ -135,15 +135,15 @@ def generate(
     gate: AcceptanceGate | None = None,
     stop_at_eog: bool = True,
     stop_tokens: frozenset[int] | set[int] = frozenset(),
-    cache_prompt: bool = False,
+    keep_prefix: int = 0,
 ) -> Iterator[StepRecord]:
     """Decode ``prompt`` (token ids) for up to ``max_tokens`` tokens, yielding one record per step.
 
     Generation ends after an end-of-generation token (``stop_at_eog``) or any token in
     ``stop_tokens``, which is emitted and ends the output, as in plain decoding.
-    ``cache_prompt`` keeps the prompt prefix already in the cache(s) from a previous
-    generation (e.g. a shared few-shot preamble); the prefill record's m then counts the
-    rows actually decoded.
+    ``keep_prefix`` marks the first tokens of the prompt as a prefix shared across
+    generations (a few-shot preamble), kept in the cache(s) between them; the prefill
+    record's m then counts the rows actually decoded (see ``Engine.prefill``).
     """
     if k < 0:
         raise LabkitError(f"k = {k} is negative", "use k >= 0 (k = 0 is plain decoding)")
@@ -155,7 +155,7 @@ def generate(
         raise LabkitError("the prompt is empty", "give at least one token")
     engine.check_fits(len(prompt) + max_tokens + k - engine.n_past,
                       what=f"prompt ({len(prompt)} tokens) + max_tokens + k")
-    reuse = cache_prompt and (drafter is None or drafter.supports_prompt_reuse)
+    keep = keep_prefix if drafter is None or drafter.supports_prompt_reuse else 0
     rng = np.random.default_rng(seed)
     greedy = temperature == 0.0
 
@@ -163,10 +163,10 @@ def generate(
         return engine.argmax(row) if greedy else sample(softmax(engine.logits(row), temperature), rng)
 
     t_start = time.perf_counter()
-    rows = engine.prefill(prompt, reuse=reuse)
+    rows = engine.prefill(prompt, keep=keep)
     t_pf = time.perf_counter()
-    if drafter is not None:
-        drafter.begin(prompt, reuse=reuse)  # e.g. a draft model's own prefill: part of time-to-first-token
+    if drafter is not None:  # e.g. a draft model's own prefill: part of time-to-first-token
+        drafter.begin(prompt, keep=keep) if keep else drafter.begin(prompt)
     t_dpf = time.perf_counter()
     tok = choose(-1)
     t_end = time.perf_counter()

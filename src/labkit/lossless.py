@@ -79,8 +79,8 @@ def _replay(engine, prompt, run, index: int) -> np.ndarray:
     ``run`` is step records (every batch replayed exactly) or a token list (replayed as
     plain decoding: prefill, then one row per token).
     """
-    engine.rollback(0)
-    engine.decode(list(prompt), all_logits=False)
+    keep = 0 if run and isinstance(run[0], (int, np.integer)) else len(prompt) - run[0].m
+    engine.prefill(prompt, keep=keep)  # the same batches as the run's prefill
     if index == 0:
         return np.array(engine.logits(-1))
     if run and isinstance(run[0], (int, np.integer)):

@@ -300,7 +300,7 @@ class MTPDrafter(Drafter):
     # -- Drafter ----------------------------------------------------------------------
     supports_prompt_reuse = False  # its catch-up needs the target's hidden rows of the whole prompt
 
-    def begin(self, prompt: Sequence[int], *, reuse: bool = False) -> None:
+    def begin(self, prompt: Sequence[int], *, keep: int = 0) -> None:
         """After the target's prefill: the prompt's catch-up (timed as the drafter's prefill)."""
         if self.target.n_past != len(prompt):
             raise LabkitError(

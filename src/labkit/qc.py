@@ -26,11 +26,12 @@ def run_suite(engine, tasks, *, drafter=None, k: int = 0, temperature: float = 0
     """Every task once: its output, score and speed. Records are kept for divergence checks."""
     stops = engine.tokens_containing(toolsuite.STOP)
     rows, scores, records, prompts = [], [], {}, {}
-    for i, task in enumerate(tasks):
-        ids = engine.tokenize(toolsuite.build_prompt(task))
+    all_ids = [engine.tokenize(toolsuite.build_prompt(task)) for task in tasks]
+    keep = _common_prefix(all_ids)  # the few-shot preamble every task shares
+    for i, (task, ids) in enumerate(zip(tasks, all_ids)):
         recs = run(engine, ids, drafter=drafter, k=k, max_tokens=max_tokens, temperature=temperature,
                    seed=seed + i, gate=make_gate() if (make_gate and k > 0) else None, stop_tokens=stops,
-                   cache_prompt=True)  # the few-shot preamble is shared by every task
+                   keep_prefix=keep)
         text = engine.detokenize(tokens_of(recs))
         sc = toolsuite.score_task(task, text)
         s = summarize(recs)
@@ -42,6 +43,17 @@ def run_suite(engine, tasks, *, drafter=None, k: int = 0, temperature: float = 0
                      "acceptance": s["acceptance"]})
     return {"summary": toolsuite.summarize(scores), "rows": pd.DataFrame(rows), "records": records,
             "prompts": prompts}
+
+
+def _common_prefix(seqs: list[list[int]]) -> int:
+    if len(seqs) < 2:
+        return 0
+    n = min(len(s) for s in seqs)
+    first = seqs[0]
+    for i in range(n):
+        if any(s[i] != first[i] for s in seqs[1:]):
+            return i
+    return n
 
 
 def greedy_divergences(engine, off: dict, on: dict) -> pd.DataFrame:

@@ -65,20 +65,23 @@ class Engine(abc.ABC):
     def token_text(self, token: int) -> str:
         """The vocabulary entry for ``token`` (used to fingerprint vocabularies)."""
 
-    def prefill(self, prompt: Sequence[int], *, reuse: bool = False) -> int:
+    def prefill(self, prompt: Sequence[int], *, keep: int = 0) -> int:
         """Put ``prompt`` in the cache with its last row's logits; returns the rows decoded.
 
-        ``reuse`` keeps the longest cached prefix the prompt shares with what the cache
-        holds (at least the last prompt token is always decoded, for its logits).
+        ``keep`` > 0 treats ``prompt[:keep]`` as a shared prefix (a few-shot preamble):
+        kept if the cache already holds it, else computed on its own from position 0, and
+        only the rest is decoded. Either way the prefix was computed by the same batches,
+        so results are reproducible exactly (the lossless check replays them).
         """
-        n = 0
-        if reuse:
-            kv, lim = self.kv_tokens, min(len(self.kv_tokens), len(prompt) - 1)
-            while n < lim and kv[n] == prompt[n]:
-                n += 1
-        self.rollback(n)
-        self.decode(list(prompt[n:]), all_logits=False)
-        return len(prompt) - n
+        keep = max(0, min(keep, len(prompt) - 1))
+        if keep and self.n_past >= keep and self.kv_tokens[:keep] == list(prompt[:keep]):
+            self.rollback(keep)
+        else:
+            self.rollback(0)
+            if keep:
+                self.decode(list(prompt[:keep]), all_logits=False)
+        self.decode(list(prompt[keep:]), all_logits=False)
+        return len(prompt) - keep
 
     def argmax(self, i: int = -1) -> int:
         return int(np.argmax(self.logits(i)))
