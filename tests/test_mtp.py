@@ -81,8 +81,8 @@ class Oracle(Drafter):
         self.seen: list[tuple[list[int], list[int], np.ndarray]] = []
         self.calls = 0
 
-    def begin(self, prompt):
-        self.mtp.begin(prompt)
+    def begin(self, prompt, *, keep=0):
+        self.mtp.begin(prompt, keep=keep)
 
     def propose(self, history, k, *, temperature=0.0, rng=None):
         d = self.mtp.propose(history, k)

@@ -166,7 +166,7 @@ def generate(
     rows = engine.prefill(prompt, keep=keep)
     t_pf = time.perf_counter()
     if drafter is not None:  # e.g. a draft model's own prefill: part of time-to-first-token
-        drafter.begin(prompt, keep=keep) if keep else drafter.begin(prompt)
+        drafter.begin(prompt, keep=keep)
     t_dpf = time.perf_counter()
     tok = choose(-1)
     t_end = time.perf_counter()
