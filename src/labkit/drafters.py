@@ -118,12 +118,10 @@ class ModelDrafter(Drafter):
                     "use a draft model from the same family/tokenizer as the target "
                     "(e.g. a lower-bit quantisation of the same model)",
                 )
-        self._cached: list[int] = []
         self._n_seen = 0
 
     def begin(self, prompt: Sequence[int], *, keep: int = 0) -> None:
         self.engine.prefill(prompt, keep=keep)
-        self._cached = list(prompt)
         self._n_seen = len(prompt)
 
     def propose(self, history, k, *, temperature=0.0, rng=None) -> Draft:
@@ -132,13 +130,13 @@ class ModelDrafter(Drafter):
         e = self.engine
         # The history only grows, so its prefix seen at the last call is still cached;
         # scan on from there. At least the last token is always (re)decoded.
-        limit = min(len(self._cached), len(history) - 1)
+        cached = e.kv_tokens
+        limit = min(len(cached), len(history) - 1)
         common = min(self._n_seen, limit)
-        while common < limit and self._cached[common] == history[common]:
+        while common < limit and cached[common] == history[common]:
             common += 1
         e.rollback(common)
         e.decode(list(history[common:]), all_logits=False)
-        self._cached = list(history)
         self._n_seen = len(history)
         out: list[int] = []
         qs: list[np.ndarray] | None = [] if temperature > 0 else None
@@ -152,7 +150,6 @@ class ModelDrafter(Drafter):
             out.append(t)
             if i + 1 < k:
                 e.decode([t])
-                self._cached.append(t)
         return Draft(out, q=qs)
 
     def describe(self) -> dict:
