@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pandas as pd
 
 from . import figures, tracking
@@ -107,7 +106,7 @@ def decide(cells: pd.DataFrame, pred: pd.DataFrame | None, k_tested: list[int]) 
     workloads; "narrow" when some workloads lose at that k, "widen" when that k is the
     largest tested, "disable" when no default beats plain decoding.
     """
-    from .sweep import global_default
+    from .sweep import geomean_by_k, global_default
 
     greedy = cells[cells["temperature"] == 0]
     glob = global_default(greedy)
@@ -116,7 +115,7 @@ def decide(cells: pd.DataFrame, pred: pd.DataFrame | None, k_tested: list[int]) 
     top = glob.loc[glob["geomean_speedup"].idxmax()]
     drafter, gm = top["drafter"], float(top["geomean_speedup"])
     spec = greedy[(greedy["drafter"] == drafter) & (greedy["k"] > 0)]
-    k = int(spec.groupby("k")["speedup"].apply(lambda v: float(np.exp(np.log(v).mean()))).idxmax())
+    k = int(geomean_by_k(spec).idxmax())
     at_k = spec[spec["k"] == k].set_index("workload")["speedup"]
     winners, losers = sorted(at_k[at_k > 1].index), sorted(at_k[at_k <= 1].index)
     terms = []

@@ -150,11 +150,16 @@ def best_k(cells: pd.DataFrame, *, drafter: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def geomean_by_k(cells: pd.DataFrame) -> pd.Series:
+    """k -> geometric-mean speedup over the given cells (one drafter, one temperature)."""
+    return cells.groupby("k")["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
+
+
 def global_default(cells: pd.DataFrame) -> pd.DataFrame:
     """One k per drafter for all workloads: the k with the best geometric-mean speedup."""
     rows = []
     for (d, temp), g in cells[cells["k"] > 0].groupby(["drafter", "temperature"]):
-        gm = g.groupby("k")["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
+        gm = geomean_by_k(g)
         k = int(gm.idxmax())
         rows.append({"drafter": d, "temperature": temp, "k": k if gm.max() > 1 else 0,
                      "geomean_speedup": float(gm.max()), "k_tested": sorted(int(x) for x in gm.index)})
