@@ -1,4 +1,4 @@
-"""Benchmark: the same GGUF on llama.cpp and on MLX (converted by labkit.mlx_convert).
+"""Benchmark: the same GGUF on llama.cpp and on MLX (converted by labkit.artifacts.mlx_convert).
 
 For each workload's first prompt: how many of the first N greedy tokens the engines
 agree on, and at the first divergence each engine's logit gap (its own token minus the
@@ -20,13 +20,15 @@ import time
 
 import numpy as np
 
-from labkit import models, provenance
-from labkit.bench import context_ids
+from labkit.analysis.stats import spread
+from labkit.artifacts import zoo
+from labkit.artifacts.mlx_convert import resolve_mlx_model
 from labkit.engines.llamacpp import LlamaCppEngine
-from labkit.engines.mlx import LINUX_NOTE, MlxEngine, resolve_mlx_model
-from labkit.mlx_convert import cross_engine_agreement
-from labkit.stats import spread
-from labkit.workloads import WORKLOADS, load_workload
+from labkit.engines.mlx import LINUX_NOTE, MlxEngine
+from labkit.measure.crossengine import cross_engine_agreement
+from labkit.measure.verify_cost import context_ids
+from labkit.provenance import fingerprint
+from labkit.suites.workloads import WORKLOADS, load_workload
 
 LABEL = "Linux mlx-cpu: correctness only, not for speed claims"
 
@@ -63,7 +65,7 @@ def step_times(engs: dict, *, depth: int, rounds: int, reps: int, m_values=(1, 4
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=models.EMBEDDED, help="zoo name of a gemma3 GGUF")
+    ap.add_argument("--model", default=zoo.EMBEDDED, help="zoo name of a gemma3 GGUF")
     ap.add_argument("--n", type=int, default=32, help="greedy tokens compared per prompt")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=8, help="decodes per engine and m in each round")
@@ -72,7 +74,7 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     args = ap.parse_args()
 
-    art = models.get(args.model)
+    art = zoo.get(args.model)
     mart = resolve_mlx_model(args.model)
     llama = LlamaCppEngine(art.path, n_ctx=2048, n_threads=args.threads, artifact=art.describe())
     mlx = MlxEngine(mart.path, n_ctx=2048, n_threads=args.threads, artifact=mart.describe())
@@ -99,7 +101,7 @@ def main() -> None:
                    "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                    "mlx_note": LINUX_NOTE if platform.system() == "Linux" else None},
         "engines": {"llama.cpp": llama.describe(), "mlx": mlx.describe()},
-        "provenance": provenance.collect(),
+        "provenance": fingerprint.collect(),
     }
     llama.close()
     mlx.close()

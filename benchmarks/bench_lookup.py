@@ -18,12 +18,13 @@ import time
 
 import numpy as np
 
-from labkit import models, provenance
-from labkit.drafters import NgramDrafter
+from labkit.analysis.stats import spread, summarize, tokens_from
+from labkit.artifacts import zoo
+from labkit.decoding.drafters.ngram import NgramDrafter
+from labkit.decoding.loop import run
 from labkit.engines.llamacpp import LlamaCppEngine
-from labkit.loop import run
-from labkit.stats import spread, summarize, tokens_from
-from labkit.workloads import load_workload
+from labkit.provenance import fingerprint
+from labkit.suites.workloads import load_workload
 
 
 def raw_loop(engine: LlamaCppEngine, prompt: list[int], n: int) -> tuple[float, list[int]]:
@@ -76,7 +77,7 @@ def main() -> None:
     import llama_cpp
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    art = models.get("gemma-3-270m-q4_k_m")
+    art = zoo.get("gemma-3-270m-q4_k_m")
     prompt = load_workload("edit")[args.prompt_index]
     eng = LlamaCppEngine(art.path, n_ctx=2048, n_threads=args.threads, artifact=art.describe())
     ids = eng.tokenize(prompt.text)
@@ -102,7 +103,7 @@ def main() -> None:
         rate, toks = raw_loop(eng, ids, n)
         keep and record("raw_llama_decode", rate, toks)
         recs = run(eng, ids, max_tokens=n)
-        keep and record("labkit_plain", summarize(recs)["decode_tok_s"], tokens_from(recs))
+        keep and record("labkit_plain", summarize(recs).decode_tok_s, tokens_from(recs))
         rate, toks = builtin(plain_llm, ids, n)
         keep and record("builtin_plain", rate, toks)
         for k in ks:
@@ -111,8 +112,8 @@ def main() -> None:
             keep and record(f"builtin_lookup_k{k}", rate, toks)
             recs = run(eng, ids, drafter=NgramDrafter(), k=k, max_tokens=n)
             s = summarize(recs)
-            keep and record(f"labkit_ngram_k{k}", s["decode_tok_s"], tokens_from(recs))
-            keep and accept.setdefault(f"labkit_ngram_k{k}", []).append(s["acceptance"])
+            keep and record(f"labkit_ngram_k{k}", s.decode_tok_s, tokens_from(recs))
+            keep and accept.setdefault(f"labkit_ngram_k{k}", []).append(s.acceptance)
 
     table = {name: spread(v) for name, v in arms.items()}
     best_builtin = max((f"builtin_lookup_k{k}" for k in ks), key=lambda a: table[a]["median"])
@@ -132,7 +133,7 @@ def main() -> None:
         "speedup_labkit_best_vs_plain": table[best_labkit]["median"] / table["labkit_plain"]["median"],
         "outputs_equal_plain": {name: toks == ref for name, toks in outputs.items()},
         "targets": {"labkit_vs_builtin_best": ">= 1.15", "labkit_plain_vs_raw": ">= 0.97"},
-        "provenance": provenance.collect(engine=eng),
+        "provenance": fingerprint.collect(engine=eng),
     }
     print(json.dumps(res))
 

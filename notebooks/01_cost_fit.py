@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -28,15 +30,16 @@ kv_depth = None  # KV cache depth the rows are verified at; None: the recipe's
 cost_models = None  # the synthetic dense/MoE pair; None: the recipe's ([] skips the contrast)
 
 # %%
-from labkit import bench, costmodel
 from labkit import lab as labkit_lab
+from labkit.analysis import costmodel
+from labkit.measure import verify_cost
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
 
 # %%
 engine = lab.engine()
-res = bench.bench_verify(engine, m_values=R.verify_m, rounds=R.verify_rounds, kv_depth=R.kv_depth, seed=R.seed)
+res = verify_cost.bench_verify(engine, m_values=R.verify_m, rounds=R.verify_rounds, kv_depth=R.kv_depth, seed=R.seed)
 samples = costmodel.verify_frame(res)
 H = res["H_ms"]
 lab.metric("H_ms", H["median"], lo=H["min"], hi=H["max"])
@@ -71,7 +74,7 @@ lab.figure("verify_cost", samples[samples["m"] >= 2], name="cost-fit-m2-parity",
 # ## Dense vs MoE on matched active parameters — SYNTHETIC random weights, cost only
 
 # %%
-from labkit import archcost
+from labkit.measure import archcost, verify_cost
 
 if R.cost_models:
     arch = archcost.measure(R.cost_models, m_values=R.verify_m, rounds=R.verify_rounds, kv_depth=R.kv_depth,

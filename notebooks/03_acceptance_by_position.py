@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -24,28 +26,22 @@
 
 # %% tags=["parameters"]
 recipe = "default"
-k = None
-workloads = None
-drafters = None
-runs = None
-max_tokens = None
-prompts_per_workload = None
-temperatures = None
-gate = None
+sweep = None  # LAB ID of the 02_k_sweep run to read; None: the newest matching this recipe
 
 # %%
 from labkit import lab as labkit_lab
-from labkit import matrix, sweep
+from labkit.analysis import sweep_tables
+from labkit.report import queries
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
-src, src_id = matrix.source_run(lab.client, "02_k_sweep", R)
+src, src_id = queries.source_run(lab.client, "02_k_sweep", R)
 lab.client.set_tag(lab.run_id, "lab.source", src_id)
 print(f"measurements from [{src_id}]")
-rows = matrix.load_table(lab.client, src, "sweep-runs")
+rows = queries.load_table(lab.client, src, "sweep-runs")
 
 # %%
-pos = sweep.position_table(rows)
+pos = sweep_tables.position_table(rows)
 lab.table("acceptance-by-position", pos)
 kmax = int(pos["k"].max())
 top = pos[(pos["k"] == kmax) & (pos["temperature"] == 0)]
@@ -55,7 +51,6 @@ lab.figure("accept_by_position", top, name="accept-per-draft", value="accept_per
            title=f"accepted at position i / drafts, k = {kmax}, greedy")
 
 # %%
-rej = sweep.rejection_table(rows)
+rej = sweep_tables.rejection_table(rows)
 lab.table("accepted-length-and-rejected-time", rej)
-for r in rej[(rej["k"] == kmax) & (rej["temperature"] == 0)].itertuples():
-    lab.metric(f"rejected_share.{r.drafter}.{r.workload}", r.rejected_share_of_decode, step=kmax)
+lab.metrics(sweep_tables.rejection_metrics(rej, kmax))

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -32,7 +34,8 @@ toolsuite_tasks = None  # None: the whole suite
 import json
 
 from labkit import lab as labkit_lab
-from labkit import qc, runtime, toolsuite
+from labkit.config import runtime
+from labkit.suites import qc, toolsuite
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
@@ -47,7 +50,6 @@ lab.table("toolsuite-scores", res["scores"])
 lab.table("greedy-divergences", res["divergences"])
 
 # %%
-for name, (value, lo, hi) in qc.metrics(res).items():
-    lab.metric(name, value, lo=lo, hi=hi)
+lab.metrics(qc.metrics(res))
 lab.client.set_tag(lab.run_id, "toolsuite.verdict", json.dumps({n: v["verdict"] for n, v in res["verdicts"].items()}))
 lab.table("verdicts", qc.verdict_table(res))

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -26,19 +28,16 @@ power_k = None  # None: the best k for the workload from the newest 02_k_sweep o
 runs = None
 max_tokens = None
 prompts_per_workload = None
-# the sweep's fields, so that the best k is looked up in the matching 02_k_sweep run
-k = None
-workloads = None
-drafters = None
-temperatures = None
-gate = None
+sweep = None  # LAB ID of the 02_k_sweep run the best k comes from; None: the newest matching this recipe
 
 # %%
 import pandas as pd
 
-from labkit import energy, matrix, power, runtime
 from labkit import lab as labkit_lab
-from labkit.workloads import load_workload
+from labkit.config import runtime
+from labkit.measure import energy, power
+from labkit.report import advise
+from labkit.suites.workloads import load_workload
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
@@ -46,7 +45,7 @@ lab.table("counters", pd.DataFrame([{"source": k, **v} for k, v in power.discove
 
 # %%
 if R.power_k is None:
-    best = matrix.best_for(lab.client, R, R.power_workload)
+    best = advise.best_for(lab.client, R, R.power_workload)
     lab.client.set_tag(lab.run_id, "lab.source", best["source"])
 else:
     best = {"drafter": R.drafters[0], "k": R.power_k, "source": "recipe power_k"}
@@ -55,7 +54,7 @@ engine = lab.engine()
 drafter = runtime.make_drafter(best["drafter"], R, engine)
 prompts = load_workload(R.power_workload, limit=R.prompts_per_workload)
 rows = energy.power_runs(engine, prompts, drafter=drafter, k=best["k"], runs=R.runs, max_tokens=R.max_tokens,
-                         seed=R.seed, progress=print)
+                         seed=R.seed, interleave=R.interleave, progress=print)
 lab.table("power-runs", rows)
 
 # %%

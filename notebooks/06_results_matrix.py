@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -24,8 +26,9 @@ recipe = "default"
 workload = "all"  # "all" pools the workloads (median of per-workload cells)
 
 # %%
+
 from labkit import lab as labkit_lab
-from labkit import matrix
+from labkit.report import matrix
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
@@ -36,4 +39,6 @@ lab.table("results-matrix", matrix.results_matrix(lab.client, workload=workload)
 # %%
 import pandas as pd
 
-lab.table("worksheet", pd.DataFrame(matrix.worksheet(lab.client, R)))
+from labkit.report import worksheet
+
+lab.table("worksheet", pd.DataFrame(worksheet.worksheet(lab.client, R)))

@@ -29,16 +29,26 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 VPY="$VENV/bin/python"
 PYTAG=$("$VPY" -c 'import sys, platform; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')
 
+# Debian packages the tests need (Chromium, OpenBLAS for MLX, PostgreSQL): installed when
+# root, else the exact command is printed. Runs beside the Python work below.
+sysdeps_pid=""
+if [ "${LABKIT_SYSTEM_DEPS:-1}" = 1 ] && [ -x scripts/system-deps.sh ]; then
+    scripts/system-deps.sh & sysdeps_pid=$!
+fi
+
 key=$(printf '%s|%s|%s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" "$PYTAG" | sha256sum | cut -c1-12)
 WHEEL_DIR="$CACHE/wheels/llama-cpp-python-$LLAMA_VERSION-$key"
 wheel=$(ls "$WHEEL_DIR"/llama_cpp_python-*.whl 2>/dev/null | head -n1 || true)
-if [ -z "$wheel" ]; then
+
+build_wheel() {
     log "building llama-cpp-python $LLAMA_VERSION with CMAKE_ARGS='$LLAMA_CMAKE_ARGS' (about 7 minutes on 2 cores)"
+    local tmp
     tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
     "$VPY" -m pip download -q --no-binary :all: --no-deps "llama-cpp-python==$LLAMA_VERSION" -d "$tmp/sdist"
     tar -xzf "$tmp"/sdist/llama_cpp_python-*.tar.gz -C "$tmp"
+    local commit
     commit=$(cat "$tmp"/llama_cpp_python-*/.git/modules/vendor/llama.cpp/HEAD 2>/dev/null || echo unknown)
+    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)} \
     CMAKE_ARGS="$LLAMA_CMAKE_ARGS" "$VPY" -m pip wheel -q --no-cache-dir --no-deps \
         "$tmp"/sdist/llama_cpp_python-*.tar.gz -w "$tmp/wheel"
     mkdir -p "$WHEEL_DIR"
@@ -51,17 +61,34 @@ json.dump({"package": "llama-cpp-python", "version": version, "cmake_args": flag
           open(path, "w"), indent=2)
 PYEOF
     mv "$tmp"/wheel/llama_cpp_python-*.whl "$WHEEL_DIR/"
-    wheel=$(ls "$WHEEL_DIR"/llama_cpp_python-*.whl | head -n1)
-fi
+    rm -rf "$tmp"
+}
 
-stamp_src=$(cat pyproject.toml requirements/constraints.txt "$WHEEL_DIR/build.json" scripts/setup.sh | sha256sum | cut -c1-16)
-if [ "$(cat "$VENV/.labkit-stamp" 2>/dev/null)" != "$stamp_src" ]; then
-    log "installing labkit and pinned dependencies into $VENV"
+stamp_src=$(printf '%s' "$key" | cat - pyproject.toml requirements/constraints.txt scripts/setup.sh | sha256sum | cut -c1-16)
+if [ -n "$wheel" ] && [ "$(cat "$VENV/.labkit-stamp" 2>/dev/null)" = "$stamp_src" ]; then
+    log "$VENV is up to date"
+else
+    # The native build (minutes, CPU-bound) and the pinned dependencies (mostly download
+    # and unpack) go side by side; labkit itself is installed once both are done.
+    build_pid=""
+    if [ -z "$wheel" ]; then
+        build_wheel > "$VENV/llama-build.log" 2>&1 & build_pid=$!
+    fi
+    log "installing pinned dependencies into $VENV"
+    grep -v -i -E '^llama.cpp.python==' requirements/constraints.txt > "$VENV/.deps.txt"
+    "$VPY" -m pip install -q --disable-pip-version-check -r "$VENV/.deps.txt"
+    if [ -n "$build_pid" ]; then
+        wait "$build_pid" || { cat "$VENV/llama-build.log" >&2; log "llama-cpp-python build failed"; exit 1; }
+        wheel=$(ls "$WHEEL_DIR"/llama_cpp_python-*.whl | head -n1)
+    fi
+    log "installing labkit into $VENV"
     "$VPY" -m pip install -q --disable-pip-version-check -c requirements/constraints.txt \
         "$wheel" -e ".[dev,mlx]"
     mkdir -p "$VENV/share/labkit"
     cp "$WHEEL_DIR/build.json" "$VENV/share/labkit/llama-build.json"
     echo "$stamp_src" > "$VENV/.labkit-stamp"
-else
-    log "$VENV is up to date"
+fi
+
+if [ -n "$sysdeps_pid" ]; then
+    wait "$sysdeps_pid" || log "system packages: see the message above (tests that need them say so)"
 fi

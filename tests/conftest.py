@@ -4,15 +4,35 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import models
+from labkit.artifacts import zoo
 from labkit.engines.llamacpp import LlamaCppEngine
 
 N_CTX = 2048
+# a user's environment must not change a test's outcome: these steer measurements or the store
+_ENV_PREFIXES = ("AS_SPEC_", "LABKIT_", "MLFLOW_")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def clean_environment():
+    """Clear AS_SPEC_*, LABKIT_* and MLFLOW_* before any fixture or test runs (session
+    scope, so module fixtures such as ``store`` set what they need after it)."""
+    import os
+
+    mp = pytest.MonkeyPatch()
+    for var in list(os.environ):
+        if var.startswith(_ENV_PREFIXES) and var not in _KEEP:
+            mp.delenv(var)
+    yield
+    mp.undo()
+
+
+# set by the test run itself (the model cache, so the zoo is built once per machine)
+_KEEP = {"LABKIT_CACHE"}
 
 
 @pytest.fixture(scope="session")
 def embedded():
-    return models.get(models.EMBEDDED)
+    return zoo.get(zoo.EMBEDDED)
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +44,7 @@ def engine(embedded):
 
 @pytest.fixture(scope="session")
 def draft_engine():
-    art = models.get("gemma-3-270m-q4_0")
+    art = zoo.get("gemma-3-270m-q4_0")
     e = LlamaCppEngine(art.path, n_ctx=N_CTX, n_threads=2, artifact=art.describe())
     yield e
     e.close()

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labkit import costmodel
+from labkit.analysis import costmodel
 
 
 def frame(fn, ms=range(1, 9), reps=6, noise=0.0, seed=0):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from labkit import energy
-from labkit.drafters import NgramDrafter
-from labkit.workloads import load_workload
+from labkit.decoding.drafters.ngram import NgramDrafter
+from labkit.measure import energy
+from labkit.suites.workloads import load_workload
 
 
 def test_decode_window_on_the_real_engine(engine):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
+from labkit.analysis.lossless import divergence_report, verify_oracle
+from labkit.analysis.stats import summarize
+from labkit.decoding.drafters.base import Draft, Drafter
+from labkit.decoding.drafters.model import ModelDrafter
+from labkit.decoding.drafters.ngram import NgramDrafter
+from labkit.decoding.gate import AcceptanceGate
+from labkit.decoding.loop import run, tokens_of
 from labkit.errors import LabkitError
-from labkit.loop import AcceptanceGate, run, tokens_of
-from labkit.lossless import divergence_report
-from labkit.stats import summarize
-from labkit.workloads import WORKLOADS, load_workload
+from labkit.suites.workloads import WORKLOADS, load_workload
 
 MAX = 40
 
@@ -34,7 +37,9 @@ def check_records(recs, k):
 
 
 def assert_lossless(engine, ids, plain, spec):
-    """Identical output, or a divergence explained by a recorded numerical near-tie."""
+    """The exact oracle at every step (each accepted draft is the argmax of its verify
+    row, replayed), then identical output or a divergence explained by a near-tie."""
+    assert verify_oracle(engine, ids, spec) == []
     rep = divergence_report(engine, ids, plain, spec)
     assert rep["lossless"], rep
     if not rep["identical"]:
@@ -66,9 +71,9 @@ def test_draft_model_is_lossless_on_every_workload(engine, draft_engine, workloa
 def test_edit_workload_accepts_most_ngram_drafts(engine):
     ids = engine.tokenize(load_workload("edit")[0].text)
     s = summarize(run(engine, ids, drafter=NgramDrafter(), k=4, max_tokens=96))
-    assert s["drafted"] > 20
-    assert s["acceptance"] > 0.6  # the model copies the passage: lookups mostly hit
-    assert s["tokens_per_step"] > 1.5
+    assert s.drafted > 20
+    assert s.acceptance > 0.6  # the model copies the passage: lookups mostly hit
+    assert s.tokens_per_step > 1.5
 
 
 class JunkDrafter(Drafter):
@@ -94,16 +99,31 @@ def test_gate_falls_back_to_plain_and_reprobes(engine):
     assert tokens_of(recs) == tokens_of(run(engine, ids, max_tokens=MAX))
 
 
-def test_gate_threshold_from_env(monkeypatch):
+def test_gate_threshold_is_resolved_at_the_boundary_and_recorded(monkeypatch):
+    """$AS_SPEC_MIN_ACCEPT sets the recipe's gate once, when the recipe is resolved; the
+    loop never reads the environment, and the value's origin goes into provenance."""
+    from labkit.config.recipe import load, resolve
+    from labkit.provenance import fingerprint, runtags
+
     monkeypatch.setenv("AS_SPEC_MIN_ACCEPT", "0.3")
-    assert AcceptanceGate.from_env().threshold == 0.3
-    assert AcceptanceGate.from_env(0.8).threshold == 0.8  # an explicit flag wins
+    r = resolve(load("default"))
+    assert r.gate == 0.3 and r.origin_of("gate") == "env AS_SPEC_MIN_ACCEPT=0.3"
+    assert r.hash != load("default").hash  # the effective value is part of the recipe hash
+    tags = runtags.flat_tags(fingerprint.collect(recipe=r))
+    assert tags["gate.threshold"] == 0.3 and tags["gate.source"] == "env AS_SPEC_MIN_ACCEPT=0.3"
+    over = resolve(load("default"), {"gate": 0.8}, origin="--gate")
+    assert over.gate == 0.8 and over.origin_of("gate") == "--gate"  # an explicit flag wins
     monkeypatch.setenv("AS_SPEC_MIN_ACCEPT", "lots")
     with pytest.raises(LabkitError, match="AS_SPEC_MIN_ACCEPT"):
-        AcceptanceGate.from_env()
+        resolve(load("default"))
     monkeypatch.delenv("AS_SPEC_MIN_ACCEPT")
-    assert AcceptanceGate.from_env(default=0.5).threshold == 0.5
-    assert AcceptanceGate.from_env().threshold == 0.6
+    plain = resolve(load("default"))
+    assert plain.gate == 0.6 and plain.origin_of("gate").startswith("recipe file")
+    # the loop's gate does not look at the environment
+    monkeypatch.setenv("AS_SPEC_MIN_ACCEPT", "0.1")
+    assert AcceptanceGate().threshold == 0.6
+    with pytest.raises(LabkitError, match="outside"):
+        AcceptanceGate(threshold=1.5)
 
 
 def test_gate_stays_open_when_drafts_are_accepted(engine):
@@ -126,7 +146,7 @@ def test_bad_input(engine):
 
 
 def test_draft_model_with_another_vocabulary_is_refused(engine, tmp_path):
-    from labkit import synthetic
+    from labkit.artifacts import synthetic
     from labkit.engines.llamacpp import LlamaCppEngine
 
     path = tmp_path / "dense.gguf"
@@ -135,6 +155,21 @@ def test_draft_model_with_another_vocabulary_is_refused(engine, tmp_path):
     with pytest.raises(LabkitError, match="vocabulary"):
         ModelDrafter(other, target=engine)
     other.close()
+
+
+def test_verify_oracle_catches_a_wrongly_accepted_draft(engine):
+    """The oracle can fail: a record whose accepted draft is not the target's argmax."""
+    import dataclasses
+
+    ids = engine.tokenize(load_workload("edit")[0].text)
+    recs = run(engine, ids, drafter=NgramDrafter(), k=3, max_tokens=MAX)
+    assert verify_oracle(engine, ids, recs) == []
+    i = next(j for j, r in enumerate(recs) if r.accepted > 0)
+    r = recs[i]
+    wrong = (r.draft[0] + 1) % engine.n_vocab
+    recs[i] = dataclasses.replace(r, draft=[wrong, *r.draft[1:]], tokens=[wrong, *r.tokens[1:]])
+    bad = verify_oracle(engine, ids, recs)
+    assert bad and bad[0]["step"] == r.step and bad[0]["position"] == 0
 
 
 def test_ngram_drafter_proposes_the_most_recent_continuation():

@@ -14,18 +14,28 @@ import sys
 import numpy as np
 import pytest
 
+from labkit.artifacts import zoo
+
 if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx_lm") is None:
     pytest.skip("the mlx extra is not installed (pip install 'labkit[mlx]')", allow_module_level=True)
 
-from labkit import engines, models, runtime  # noqa: E402
-from labkit.drafters import ModelDrafter, NgramDrafter  # noqa: E402
-from labkit.engines.mlx import MlxEngine, full_cache, resolve_mlx_model  # noqa: E402
+from labkit import engines  # noqa: E402
+from labkit.analysis.lossless import MAX_NEAR_TIE, divergence_report  # noqa: E402
+from labkit.artifacts.mlx_convert import (  # noqa: E402
+    dir_hashes,
+    hf_name,
+    mlx_root,
+    resolve_mlx_model,  # noqa: E402
+)
+from labkit.config import runtime  # noqa: E402
+from labkit.config.recipe import load as load_recipe  # noqa: E402
+from labkit.decoding.drafters.model import ModelDrafter  # noqa: E402
+from labkit.decoding.drafters.ngram import NgramDrafter  # noqa: E402
+from labkit.decoding.loop import run, tokens_of  # noqa: E402
+from labkit.engines.mlx import MlxEngine, full_cache  # noqa: E402
 from labkit.errors import LabkitError  # noqa: E402
-from labkit.loop import run, tokens_of  # noqa: E402
-from labkit.lossless import MAX_NEAR_TIE, divergence_report  # noqa: E402
-from labkit.mlx_convert import cross_engine_agreement, dir_hashes, hf_name, mlx_root  # noqa: E402
-from labkit.recipe import load as load_recipe  # noqa: E402
-from labkit.workloads import WORKLOADS, load_workload  # noqa: E402
+from labkit.measure.crossengine import cross_engine_agreement  # noqa: E402
+from labkit.suites.workloads import WORKLOADS, load_workload  # noqa: E402
 
 N_CTX = 2048
 MAX = 24
@@ -35,7 +45,7 @@ DRAFT = "gemma-3-270m-q4_0"  # same weights requantised: a draft that is sometim
 
 @pytest.fixture(scope="module")
 def mlx_art():
-    return resolve_mlx_model(models.EMBEDDED)
+    return resolve_mlx_model(zoo.EMBEDDED)
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +74,11 @@ def assert_lossless(engine, ids, plain, spec):
 
 
 def test_converted_directory_is_cached_with_a_stable_sidecar(mlx_art):
-    again = resolve_mlx_model(models.EMBEDDED)
+    again = resolve_mlx_model(zoo.EMBEDDED)
     assert again.path == mlx_art.path and again.sha256 == mlx_art.sha256
     side = json.loads((mlx_root() / f"{mlx_art.name}.json").read_text())
     assert side["sha256"] == mlx_art.sha256
-    assert side["made"]["source_sha256"] == models.get(models.EMBEDDED).sha256
+    assert side["made"]["source_sha256"] == zoo.get(zoo.EMBEDDED).sha256
     files, sha = dir_hashes(mlx_art.path)
     assert sha == mlx_art.sha256 and files == side["files"]
     assert set(files) == {"config.json", "model.safetensors", "vocab.gguf"}
@@ -76,13 +86,13 @@ def test_converted_directory_is_cached_with_a_stable_sidecar(mlx_art):
     cfg = mlx_art.path / "config.json"
     st = cfg.stat()
     os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    touched = resolve_mlx_model(models.EMBEDDED)
+    touched = resolve_mlx_model(zoo.EMBEDDED)
     assert touched.sha256 == mlx_art.sha256
     assert (mlx_art.path / "model.safetensors").stat().st_mtime_ns == side["stat"]["model.safetensors"][1]
     # an existing directory resolves to the same directory hash; a wrong hash is refused
     assert resolve_mlx_model(str(mlx_art.path)).sha256 == mlx_art.sha256
     with pytest.raises(LabkitError, match="checksum mismatch"):
-        resolve_mlx_model(models.EMBEDDED, expected_sha256="0" * 64)
+        resolve_mlx_model(zoo.EMBEDDED, expected_sha256="0" * 64)
 
 
 def test_refuses_what_it_cannot_convert(tmp_path):
@@ -100,7 +110,7 @@ def test_norm_weights_undo_llamacpps_plus_one(mlx_art):
     import mlx.core as mx
     from gguf import GGUFReader
 
-    src = {t.name: np.array(t.data) for t in GGUFReader(str(models.get(models.EMBEDDED).path)).tensors
+    src = {t.name: np.array(t.data) for t in GGUFReader(str(zoo.get(zoo.EMBEDDED).path)).tensors
            if t.name in ("output_norm.weight", "blk.0.attn_q_norm.weight")}
     w = mx.load(str(mlx_art.path / "model.safetensors"))
     assert np.allclose(np.array(w["model.norm.weight"]) + 1, src["output_norm.weight"], atol=1e-6)

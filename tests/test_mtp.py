@@ -1,4 +1,4 @@
-"""labkit.mtp: MTP drafting through llama.cpp's MTP context, on synthetic-mtp.
+"""labkit.decoding.drafters.mtp: MTP drafting through llama.cpp's MTP context, on synthetic-mtp.
 
 Random weights make the MTP head's drafts almost always wrong, so besides the
 lossless invariant (speculative greedy output == plain greedy output) an oracle
@@ -11,12 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labkit import loop, synthetic
-from labkit.drafters import DRAFTERS, Draft, Drafter
+from labkit.analysis.lossless import divergence_report
+from labkit.artifacts import synthetic
+from labkit.decoding import loop
+from labkit.decoding.drafters.base import DRAFTERS, Draft, Drafter
+from labkit.decoding.drafters.mtp import MTPDrafter
 from labkit.engines.llamacpp import LlamaCppEngine
 from labkit.errors import LabkitError
-from labkit.lossless import divergence_report
-from labkit.mtp import MTPDrafter
 
 MAX_TOKENS = 24
 

@@ -9,8 +9,8 @@ import jupytext
 import nbformat
 import pytest
 
-from labkit.lab import RECIPE_FIELDS
-from labkit.reproduce import declared_parameters, notebooks_dir
+from labkit.config.recipe import RECIPE_FIELDS
+from labkit.provenance.reproduce import declared_parameters, notebooks_dir
 
 NOTEBOOKS = sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
 EXTRA_PARAMETERS = {"recipe", "workload"}  # the recipe to load; 06's workload pooling
@@ -49,4 +49,6 @@ def test_notebooks_are_thin(nb):
         tree = ast.parse(cell.source)
         for node in ast.walk(tree):
             assert not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)), nb.name
+            # loops over measurements belong in labkit (a comprehension building drafters is fine)
+            assert not isinstance(node, (ast.For, ast.While, ast.AsyncFor)), f"{nb.name}: a loop in a notebook cell"
         assert len(cell.source.splitlines()) <= 25, f"{nb.name}: a long cell belongs in src/labkit"

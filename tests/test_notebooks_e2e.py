@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import matrix, tracking
-from labkit import reproduce as rp
-from labkit.recipe import load
-from labkit.regen import regen
+from labkit.config.recipe import load
+from labkit.provenance import reproduce as rp
+from labkit.provenance import tracking
+from labkit.report import advise, matrix, worksheet
+from labkit.report.regen import regen
 
 SWEEP = {"k": [0, 2], "workloads": ["edit"], "prompts_per_workload": 1, "runs": 1, "max_tokens": 16,
          "drafters": ["ngram"], "temperatures": [0.0]}
@@ -46,16 +47,16 @@ def test_matrix_worksheet_and_advice_from_the_runs(summary):
     row = m[m["drafter"] == "ngram"].iloc[0]
     assert row["id"] == summary["results"][0]["id"] and "×) @" in row["k=2"]
     recipe = load()
-    from labkit.lab import effective_recipe
+    from labkit.config.recipe import effective_recipe
 
     eff = effective_recipe({"recipe": "default", **SWEEP})
-    fields = {f["field"]: f for f in matrix.worksheet(c, eff)}
+    fields = {f["field"]: f for f in worksheet.worksheet(c, eff)}
     assert fields["concurrency measured"]["value"].startswith("no data")
     assert fields["model artifact + checksum"]["value"].endswith(
         "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")
     assert fields["tool-suite runs"]["source"] == summary["results"][2]["id"]
     assert "unavailable" in fields["energy per token"]["value"] or "j_per_token" in fields["energy per token"]["value"]
     assert fields["decision"]["value"].split(":")[0] in ("keep", "widen", "narrow", "disable")
-    adv = matrix.advise(c, eff)
+    adv = advise.advise(c, eff)
     assert adv["source"] == summary["results"][0]["id"] and adv["per_workload"][0]["workload"] == "edit"
     assert recipe.name == "default"

@@ -1,4 +1,4 @@
-"""labkit.power: counter arithmetic on recorded fixtures, and the live CPU-time path.
+"""labkit.measure.power: counter arithmetic on recorded fixtures, and the live CPU-time path.
 
 RAPL runs on a fake powercap tree built in tmp_path, IOReport on recorded delta
 records, NVML through a fake ``pynvml`` module; only CPU time is measured for real.
@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from labkit import power
 from labkit.errors import LabkitError
-from labkit.power import cputime, ioreport, nvml, rapl
+from labkit.measure import power
+from labkit.measure.power import cputime, ioreport, nvml, rapl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "power"
 

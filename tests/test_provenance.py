@@ -13,11 +13,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit import reproduce as rp
-from labkit import tracking
 from labkit.errors import LabkitError
-from labkit.figures import png_lab_id
-from labkit.regen import compare_frames, regen, show
+from labkit.provenance import ids, tracking
+from labkit.provenance import reproduce as rp
+from labkit.provenance.show import show
+from labkit.report.figures import png_lab_id
+from labkit.report.regen import compare_frames, regen
 
 FAST = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32}
 
@@ -31,13 +32,13 @@ def cost_run(store):
 
 
 def test_id_format_and_parsing():
-    lid = tracking.parse_id("[LAB: 01-3fa2c1-k7q2m/cost-fit]")
+    lid = ids.parse_id("[LAB: 01-3fa2c1-k7q2m/cost-fit]")
     assert (lid.run, lid.part) == ("01-3fa2c1-k7q2m", "cost-fit")
     assert str(lid) == "LAB:01-3fa2c1-k7q2m/cost-fit" and lid.cite == "[LAB:01-3fa2c1-k7q2m/cost-fit]"
-    assert tracking.parse_id("LAB:01-3fa2c1-k7q2m").part is None
+    assert ids.parse_id("LAB:01-3fa2c1-k7q2m").part is None
     for bad in ("LAB:1-3fa2c1-k7q2m", "LAB:01-XYZ-k7q2m", "RESULTS-MATRIX §E", ""):
         with pytest.raises(LabkitError, match="not a labkit provenance ID"):
-            tracking.parse_id(bad)
+            ids.parse_id(bad)
 
 
 def test_every_code_cell_is_logged_with_its_id(cost_run, store):
@@ -112,10 +113,27 @@ def test_second_reproduction_compares_with_the_first(cost_run, store):
     summary = rp.reproduce(only=["01"], out_dir=str(store / "out2"), params=FAST)
     comp = summary["results"][0]["comparison"]
     assert comp["previous_id"] == cost_run["id"]
-    assert comp["within_noise"] + len(comp["moved"]) >= 4  # H, a, b, r2 compared
-    assert all({"metric", "previous", "now", "band", "basis"} <= set(m) for m in comp["moved"])
+    c = tracking.client()
+    new, old = c.get_run(summary["results"][0]["run_id"]).data.metrics, c.get_run(cost_run["run_id"]).data.metrics
+    compared = {n for n in new if n in old and not n.endswith((".lo", ".hi")) and not n.startswith("lab.")}
+    assert {"H_ms", "verify_a_ms", "verify_b_ms", "verify_r2"} <= compared
+    assert comp["within_noise"] + len(comp["moved"]) == len(compared)
+    # each verdict is the band arithmetic on the two runs' logged values and ranges
+    for m in comp["moved"]:
+        assert abs(m["now"] - m["previous"]) > m["band"] and m["metric"] in compared
     # related runs share the notebook + recipe prefix of their IDs
     assert summary["results"][0]["id"].rsplit("-", 1)[0] == cost_run["id"].rsplit("-", 1)[0]
+
+
+def test_drift_arithmetic_flags_what_moved_and_only_that():
+    from labkit.provenance.drift import compare_metrics
+
+    old = {"H_ms": 20.0, "H_ms.lo": 19.0, "H_ms.hi": 22.0, "r2": 0.99, "lab.cell_duration_s": 1.0}
+    moved, same = compare_metrics({"H_ms": 21.5, "r2": 0.90, "lab.cell_duration_s": 9.0}, old)
+    assert [m["metric"] for m in moved] == ["r2"] and [m["metric"] for m in same] == ["H_ms"]
+    assert same[0]["basis"] == "recorded range" and moved[0]["basis"] == "5% of previous"
+    moved, _ = compare_metrics({"H_ms": 200.0}, old)  # tenfold: beyond any recorded range
+    assert moved and moved[0]["band"] == 3.0
 
 
 def test_regen_rerun_compares_within_noise(cost_run, store, tmp_path):
@@ -124,6 +142,18 @@ def test_regen_rerun_compares_within_noise(cost_run, store, tmp_path):
     assert rr["status"] == "FINISHED" and rr["new_id"] != cost_run["id"]
     comp = rr["comparisons"][0]
     assert comp["checks"] and {"column", "basis", "outside"} <= set(comp["checks"][0])
+    # a re-measurement on the same quiet box lands inside the recorded noise ...
+    assert comp["within_noise"] and rr["within_noise"], comp
+    # ... and the same comparison flags a frame whose medians doubled
+    c = tracking.client()
+    spec = next(s for s in tracking._find_part(c, c.get_run(cost_run["run_id"]), "verify-per-m"))
+    kind = "figures" if spec["type"] == "figure" else "tables"
+    which = "drawn.json" if kind == "figures" else "data.json"
+    from labkit.provenance import frames
+
+    old = frames.frame_from_json(tracking.read_artifact(c, cost_run["run_id"], f"{kind}/verify-per-m/{which}"))
+    doubled = old.assign(median_ms=old["median_ms"] * 2)
+    assert not compare_frames(old, doubled, noise=spec["noise"])["within_noise"]
 
 
 def test_compare_frames_logic():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from labkit import qc, toolsuite
-from labkit.drafters import NgramDrafter
+from labkit.decoding.drafters.ngram import NgramDrafter
+from labkit.suites import qc, toolsuite
 
 
 def test_suite_off_vs_on_greedy(engine):

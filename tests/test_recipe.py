@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import recipe as rc
+from labkit.config import recipe as rc
 from labkit.errors import LabkitError
 
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from labkit.drafters import ModelDrafter, NgramDrafter
-from labkit.loop import run
-from labkit.sampling import accept_or_resample, sample, softmax
+from labkit.decoding.drafters.model import ModelDrafter
+from labkit.decoding.drafters.ngram import NgramDrafter
+from labkit.decoding.loop import run
+from labkit.decoding.sampling import accept_or_resample, sample, softmax
 
 PROMPT = "My favourite fruit is the"
 

@@ -1,4 +1,4 @@
-"""labkit.synthetic: random-weight GGUFs that llama.cpp loads and runs on token ids.
+"""labkit.artifacts.synthetic: random-weight GGUFs that llama.cpp loads and runs on token ids.
 
 Each model is written once per module, loaded in the real engine and decoded: a
 prefill of random ids, then verifies of m = 1..4 rows, all logits finite.
@@ -11,7 +11,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from labkit import models, synthetic
+from labkit.artifacts import synthetic, zoo
 from labkit.engines.llamacpp import LlamaCppEngine
 
 NAMES = ["synthetic-dense", "synthetic-moe", "synthetic-mtp"]
@@ -88,13 +88,13 @@ def test_mtp_model_shape(written):
 
 def test_zoo_builds_and_reuses_synthetic(monkeypatch, tmp_path):
     monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
-    art = models.get("synthetic-mtp")
+    art = zoo.get("synthetic-mtp")
     assert art.synthetic and art.kind == "synthetic"
     assert art.made["config"] == synthetic.config_for("synthetic-mtp")
     assert art.sha256 == sha256(art.path)
     assert "SYNTHETIC" in art.describe()["label"]
-    assert models.get("synthetic-mtp").sha256 == art.sha256  # reused from the cache
-    assert models.get("synthetic-mtp", rebuild=True).sha256 == art.sha256  # rebuilt: same bytes
+    assert zoo.get("synthetic-mtp").sha256 == art.sha256  # reused from the cache
+    assert zoo.get("synthetic-mtp", rebuild=True).sha256 == art.sha256  # rebuilt: same bytes
 
 
 def test_unknown_name_is_a_clear_error():

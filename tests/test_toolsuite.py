@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from labkit import toolsuite as ts
 from labkit.errors import LabkitError
+from labkit.suites import toolsuite as ts
 
 WEATHER = {
     "name": "get_weather",

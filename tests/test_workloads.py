@@ -7,9 +7,15 @@ import re
 
 import pytest
 
-from labkit import workloads
 from labkit.errors import LabkitError
-from labkit.workloads import WORKLOADS, Prompt, all_workloads, load_prompt_file, load_workload
+from labkit.suites import workloads
+from labkit.suites.workloads import (
+    WORKLOADS,
+    Prompt,
+    all_workloads,
+    load_prompt_file,
+    load_workload,
+)
 
 
 @pytest.fixture
@@ -26,8 +32,14 @@ def _write(root, name, lines):
     return path
 
 
-def test_names_are_the_five_workloads():
-    assert WORKLOADS == ("edit", "prose_en", "prose_zh", "code", "tool_json")
+def test_names_are_the_shipped_workload_files():
+    """WORKLOADS lists exactly the files under data/workloads, and the default recipe uses them."""
+    from labkit.config.recipe import load
+    from labkit.paths import data_dir
+
+    shipped = {p.stem for p in (data_dir() / "workloads").glob("*.jsonl")}
+    assert set(WORKLOADS) == shipped and len(WORKLOADS) == len(shipped)
+    assert set(load("default").workloads) <= shipped
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from .errors import LabkitError
+from labkit.errors import LabkitError
 
 COMMANDS = {
     "models": "Prepare and list models with sha256",

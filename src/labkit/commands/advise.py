@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 
-from .. import tracking
-from ..matrix import advise
-from ..recipe import load
-from . import emit
+from labkit.commands import emit
+from labkit.config.recipe import load, resolve
+from labkit.provenance import tracking
+from labkit.report.advise import advise
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -22,7 +22,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    res = advise(tracking.client(), load(args.recipe), workload=args.workload, temperature=args.temperature)
+    res = advise(tracking.client(), resolve(load(args.recipe)), workload=args.workload, temperature=args.temperature)
     for r in res["per_workload"]:
         print(f"{r['workload']:<10} {r['recommend']:<12} (best tested: {r['best_tested']}, "
               f"{r['best_tested_speedup']:.2f}× vs plain) [{res['source']}]")

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import argparse
 
-from .. import bench, provenance, runtime
-from ..errors import LabkitError
-from ..recipe import load
-from . import emit, progress
+from labkit import engines
+from labkit.commands import emit, progress
+from labkit.config import runtime
+from labkit.config.recipe import load, resolve
+from labkit.decoding import drafters
+from labkit.errors import LabkitError
+from labkit.measure import spec_vs_plain, verify_cost
+from labkit.provenance import fingerprint
 
 
 def parse_int_list(text: str) -> list[int]:
@@ -37,7 +41,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--recipe", default=None, help="experiments/<name>.yaml or a path (default: default)")
     common.add_argument("--model", default=None, help="override the recipe's model (zoo name or .gguf path)")
-    common.add_argument("--engine", default=None, choices=["llama.cpp", "mlx"], help="override the engine")
+    common.add_argument("--engine", default=None, choices=sorted(engines.ENGINES), help="override the engine")
     common.add_argument("--threads", type=int, default=None, help="override the recipe's thread count")
     v = sub.add_parser("verify", parents=[common], help="verify(m) cost sweep")
     v.add_argument("--m", default=None, help='row counts, e.g. "1-8" (default: recipe verify_m)')
@@ -49,7 +53,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file", help="a text file holding one prompt")
     s.add_argument("--prompt-index", type=int, default=0, help="which prompt of the workload (default 0)")
     s.add_argument("--k", type=int, required=True, help="draft length")
-    s.add_argument("--drafter", default="ngram", choices=["ngram", "model", "mtp"])
+    s.add_argument("--drafter", default="ngram", choices=drafters.names())
     s.add_argument("--draft-model", default=None, help="draft model for --drafter model (zoo name or path)")
     s.add_argument("--gate", type=float, default=None,
                    help="acceptance gate threshold (default: $AS_SPEC_MIN_ACCEPT, else the recipe's, 0.60); 0 = off")
@@ -62,41 +66,28 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def _recipe(args):
+    """The recipe with the environment and this command's flags applied, each recorded
+    as its field's origin (a bad value is blamed on the flag that set it)."""
     r = load(args.recipe)
+    over = {}
     if args.model:
-        r.model, r.model_sha256 = args.model, None
-    if args.engine:
-        r.engine = args.engine
-    if args.threads:
-        r.threads = args.threads
+        over.update(model=args.model, model_sha256=None)
     if getattr(args, "draft_model", None):
-        r.draft_model, r.draft_model_sha256 = args.draft_model, None
-    return r.validate()
+        over.update(draft_model=args.draft_model, draft_model_sha256=None)
+    over.update(engine=args.engine, threads=args.threads, gate=getattr(args, "gate", None))
+    flags = {"model_sha256": "--model", "draft_model_sha256": "--draft-model", "draft_model": "--draft-model"}
+    r = resolve(r, {k: v for k, v in over.items() if v is not None})
+    r.origins.update({k: flags.get(k, "--" + k.replace("_", "-")) for k in over if over[k] is not None})
+    for k in ("model_sha256", "draft_model_sha256"):
+        if k in over:
+            setattr(r, k, None)
+            r.origins[k] = flags[k]
+    return r
 
 
-def main(argv=None) -> int:
-    args = setup_arg_parser().parse_args(argv)
-    recipe = _recipe(args)
-    progress(f"loading {recipe.model} on {recipe.engine}")
-    with runtime.open_engine(recipe, load_mtp=getattr(args, "drafter", None) == "mtp") as engine:
-        if args.what == "verify":
-            res = bench.bench_verify(
-                engine,
-                m_values=parse_int_list(args.m) if args.m else recipe.verify_m,
-                rounds=args.rounds or recipe.verify_rounds,
-                kv_depth=args.kv_depth or recipe.kv_depth,
-                seed=recipe.seed,
-                progress=progress,
-            )
-        else:
-            res = _spec(args, recipe, engine)
-        res["provenance"] = provenance.collect(recipe=recipe, engine=engine)
-    emit(res)
-    return 0
-
-
-def _spec(args, recipe, engine) -> dict:
-    from ..workloads import load_prompt_file, load_workload
+def _prompt(args):
+    """Check the spec arguments before any model loads."""
+    from labkit.suites.workloads import load_prompt_file, load_workload
 
     if args.k < 0:
         raise LabkitError(f"--k {args.k} is negative", "use k >= 0 (0 measures plain decoding only)")
@@ -105,24 +96,48 @@ def _spec(args, recipe, engine) -> dict:
         if not 0 <= args.prompt_index < len(prompts):
             raise LabkitError(f"--prompt-index {args.prompt_index} is out of range",
                               f"workload {args.workload} has {len(prompts)} prompts (0..{len(prompts) - 1})")
-        prompt = prompts[args.prompt_index]
-    else:
-        prompt = load_prompt_file(args.prompt_file)
+        return prompts[args.prompt_index]
+    return load_prompt_file(args.prompt_file)
+
+
+def main(argv=None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    recipe = _recipe(args)
+    prompt = _prompt(args) if args.what == "spec" else None
+    progress(f"loading {recipe.model} on {recipe.engine}")
+    names = [args.drafter] if args.what == "spec" and args.k > 0 else []
+    with runtime.open_target(recipe, drafter_names=names) as engine:
+        if args.what == "verify":
+            res = verify_cost.bench_verify(
+                engine,
+                m_values=parse_int_list(args.m) if args.m else recipe.verify_m,
+                rounds=args.rounds or recipe.verify_rounds,
+                kv_depth=args.kv_depth or recipe.kv_depth,
+                seed=recipe.seed,
+                progress=progress,
+            )
+        else:
+            res = _spec(args, recipe, engine, prompt)
+        res["provenance"] = fingerprint.collect(recipe=recipe, engine=engine)
+    emit(res)
+    return 0
+
+
+def _spec(args, recipe, engine, prompt) -> dict:
     ids = engine.tokenize(prompt.text)
     max_tokens = args.max_tokens or recipe.max_tokens
     engine.check_fits(len(ids) + max_tokens + args.k, what=f"prompt {prompt.id} ({len(ids)} tokens) + max_tokens")
     drafter = runtime.make_drafter(args.drafter, recipe, engine) if args.k > 0 else None
     try:
-        res = bench.bench_spec(
+        res = spec_vs_plain.bench_spec(
             engine, ids, drafter=drafter, k=args.k, runs=args.runs or recipe.runs, max_tokens=max_tokens,
             temperature=args.temperature, seed=recipe.seed if args.seed is None else args.seed,
-            make_gate=lambda: runtime.make_gate(recipe, args.gate), keep_records=args.records, progress=progress,
+            make_gate=lambda: runtime.make_gate(recipe), keep_records=args.records, progress=progress,
         )
     finally:
         if drafter is not None:
             drafter.close()
     res["prompt"] = {"id": prompt.id, "workload": prompt.workload, "source": prompt.source}
-    g = runtime.make_gate(recipe, args.gate)
-    res["gate"] = {"threshold": g.threshold if g else 0.0, "window": recipe.gate_window,
+    res["gate"] = {"threshold": recipe.gate, "source": recipe.origin_of("gate"), "window": recipe.gate_window,
                    "probe_every": recipe.gate_probe_every}
     return res

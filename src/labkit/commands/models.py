@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .. import models
-from . import emit, progress
+from labkit.artifacts import zoo
+from labkit.commands import emit, progress
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -22,15 +22,15 @@ def main(argv=None) -> int:
     if not args.names:
         if args.build:
             progress("preparing every zoo model (embedded, derived, synthetic)")
-        emit({"models": models.list_models(build=args.build)})
+        emit({"models": zoo.list_models(build=args.build)})
         return 0
     rows = []
     for name in args.names:
         progress(f"preparing {name}")
-        art = models.get(name, rebuild=args.rebuild)
+        art = zoo.get(name, rebuild=args.rebuild)
         row = art.describe()
         if args.verify:
-            actual = models.sha256_file(art.path)
+            actual = zoo.sha256_file(art.path)
             row["verified"] = actual == art.sha256
             row["sha256_actual"] = actual
         rows.append(row)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..paths import project_root
-from ..regen import regen
-from . import emit, progress
+from labkit.commands import emit, progress
+from labkit.paths import project_root
+from labkit.report.regen import regen
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:

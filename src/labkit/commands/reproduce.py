@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import LabkitError
-from ..reproduce import reproduce
-from . import emit, progress
+from labkit.commands import emit, progress
+from labkit.errors import LabkitError
+from labkit.provenance.reproduce import reproduce
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:

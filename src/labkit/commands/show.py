@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..regen import show
-from . import emit
+from labkit.commands import emit
+from labkit.provenance.show import show
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 
-from .. import provenance, qc, runtime, toolsuite
-from ..errors import LabkitError
-from ..recipe import load
-from . import emit, progress
+from labkit.commands import emit, progress
+from labkit.config import runtime
+from labkit.config.recipe import load, resolve
+from labkit.decoding import drafters
+from labkit.errors import LabkitError
+from labkit.provenance import fingerprint
+from labkit.suites import qc, toolsuite
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -20,7 +23,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", default=None, help="experiments/<name>.yaml or a path (default: default)")
     p.add_argument("--spec", choices=["on", "off", "both"], default="both")
-    p.add_argument("--drafter", default=None, choices=["ngram", "model", "mtp"],
+    p.add_argument("--drafter", default=None, choices=drafters.names(),
                    help="for --spec on (default: the recipe's first drafter)")
     p.add_argument("--k", type=int, default=None, help="draft length (default: recipe toolsuite_k)")
     p.add_argument("--runs", type=int, default=None, help="runs (default: recipe toolsuite_runs)")
@@ -33,7 +36,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    r = load(args.recipe)
+    r = resolve(load(args.recipe))
     k = r.toolsuite_k if args.k is None else args.k
     runs = r.toolsuite_runs if args.runs is None else args.runs
     if k < 0 or runs < 1:
@@ -43,7 +46,7 @@ def main(argv=None) -> int:
         tasks = [t for t in tasks if t.category == args.category]
     if args.tasks:
         tasks = tasks[: args.tasks]
-    with runtime.open_engine(r) as engine:
+    with runtime.open_target(r) as engine:
         names = [args.drafter] if args.drafter else (r.drafters if args.spec == "both" else r.drafters[:1])
         drafters = {n: runtime.make_drafter(n, r, engine) for n in names} if args.spec != "off" else {}
         if args.spec == "both":
@@ -62,6 +65,6 @@ def main(argv=None) -> int:
                                    seed=r.seed + 1000 * (i + 1) if temp > 0 else r.seed)
                 scores.append(res["summary"])
             out = {"spec": args.spec, "drafter": name, "k": k if d else 0, "temperature": temp, "runs": scores}
-        out.update(tasks=len(tasks), provenance=provenance.collect(recipe=r, engine=engine))
+        out.update(tasks=len(tasks), provenance=fingerprint.collect(recipe=r, engine=engine))
     emit(out)
     return 0

@@ -6,7 +6,7 @@ import argparse
 import subprocess
 import sys
 
-from .. import tracking
+from labkit.provenance import tracking
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:

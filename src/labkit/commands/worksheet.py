@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 
-from .. import tracking
-from ..matrix import worksheet
-from ..recipe import load
-from . import emit
+from labkit.commands import emit
+from labkit.config.recipe import load, resolve
+from labkit.provenance import tracking
+from labkit.report.worksheet import worksheet
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -20,7 +20,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    r = load(args.recipe)
+    r = resolve(load(args.recipe))
     fields = worksheet(tracking.client(), r)
     width = max(len(f["field"]) for f in fields)
     for f in fields:

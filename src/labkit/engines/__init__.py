@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import LabkitError
-from .base import Engine, EngineError, top2_gap
+from labkit.engines.base import Engine, EngineError
+from labkit.errors import LabkitError
 
 ENGINES: dict[str, str] = {
     "llama.cpp": "labkit.engines.llamacpp:LlamaCppEngine",
@@ -29,4 +29,4 @@ def get(name: str) -> type[Engine]:
     return getattr(importlib.import_module(module), cls)
 
 
-__all__ = ["ENGINES", "Engine", "EngineError", "get", "register", "top2_gap"]
+__all__ = ["ENGINES", "Engine", "EngineError", "get", "register"]

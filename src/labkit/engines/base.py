@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import LabkitError
+from labkit.errors import LabkitError
 
 
 class EngineError(LabkitError):
@@ -128,10 +128,3 @@ class Engine(abc.ABC):
             h.update(self.token_text(t).encode("utf-8", "replace"))
             h.update(b"\0")
         return h.hexdigest()[:16]
-
-
-def top2_gap(logits: np.ndarray) -> tuple[int, int, float]:
-    """(top token, runner-up, logit gap) of one row; a small gap marks a numerical near-tie."""
-    idx = np.argpartition(logits, -2)[-2:]
-    a, b = (int(idx[1]), int(idx[0])) if logits[idx[1]] >= logits[idx[0]] else (int(idx[0]), int(idx[1]))
-    return a, b, float(logits[a] - logits[b])

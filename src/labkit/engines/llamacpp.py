@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LabkitError, missing_extra
-from .base import Engine, EngineError
+from labkit.engines.base import Engine, EngineError
+from labkit.errors import LabkitError, missing_extra
 
 FTYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q2_K": 10, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
 
@@ -151,7 +151,7 @@ class LlamaCppEngine(Engine):
     """A llama.cpp model and context on one sequence.
 
     ``load_mtp`` loads a model's nextn (MTP) layers, so that an MTP drafter can make a
-    second context on the same model (see ``labkit.mtp``).
+    second context on the same model (see ``labkit.decoding.drafters.mtp``).
     """
 
     name = "llama.cpp"

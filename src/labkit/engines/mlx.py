@@ -1,6 +1,6 @@
 """MLX through mlx-lm: the same engine interface as llama.cpp, on a converted model directory.
 
-- Weights: an mlx-lm directory (``labkit.mlx_convert`` makes one from a GGUF), loaded
+- Weights: an mlx-lm directory (``labkit.artifacts.mlx_convert`` makes one from a GGUF), loaded
   with ``mlx_lm.utils.load_model``.
 - Cache: one full ``KVCache`` per layer, not the model's own ``make_cache``. gemma3's
   default gives its sliding-window layers a ``RotatingKVCache(512)``, which stops being
@@ -36,10 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LabkitError, missing_extra
-from ..mlx_convert import VOCAB_FILE, MlxArtifact, resolve_mlx_model
-from .base import Engine, EngineError
-from .llamacpp import LlamaVocab
+from labkit.engines.base import Engine, EngineError
+from labkit.engines.llamacpp import LlamaVocab
+from labkit.errors import LabkitError, missing_extra
 
 PREFILL_STEP = 512  # rows per model call in a long prefill (mlx-lm's prefill_step_size)
 # Up to this many rows without all logits (a draft model catching up on [last draft,
@@ -47,7 +46,10 @@ PREFILL_STEP = 512  # rows per model call in a long prefill (mlx-lm's prefill_st
 ONE_CALL_ROWS = 2
 LINUX_NOTE = "Linux mlx-cpu: timings for correctness, not speed claims"
 
-__all__ = ["MlxEngine", "MlxArtifact", "resolve_mlx_model", "full_cache", "blas_info", "import_mlx"]
+# the vocabulary file a converted model directory carries (written by artifacts.mlx_convert)
+VOCAB_FILE = "vocab.gguf"
+
+__all__ = ["MlxEngine", "VOCAB_FILE", "full_cache", "blas_info", "import_mlx"]
 
 
 _BLAS_CHOICE: dict = {}

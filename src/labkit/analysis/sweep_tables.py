@@ -1,0 +1,150 @@
+"""The k sweep: tok/s and acceptance for every (drafter, workload, prompt, k, temperature).
+
+One row per generation. For each prompt, runs are interleaved: every run visits the
+plain baseline (k = 0, shared by all drafters) and each (drafter, k) once, in a fresh
+random order, so drift on a shared machine spreads evenly over the arms. Run 0 of each
+prompt is the cold run (first after load, or first on this prompt) and is kept, marked
+``cold``, but left out of the warm statistics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def cell_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (drafter, workload, k, temperature): median tok/s with range, speedup, acceptance.
+
+    Speedup pairs each warm speculative run with the warm plain run of the same prompt
+    and run index; its median and range are over those pairs.
+    """
+    warm = df[~df["cold"]]
+    base = warm[warm["k"] == 0].set_index(["prompt", "temperature", "run"])["decode_tok_s"]
+    out = []
+    for (drafter, wl, k, temp), g in warm.groupby(["drafter", "workload", "k", "temperature"]):
+        ratios = [r.decode_tok_s / base.loc[(r.prompt, r.temperature, r.run)] for r in g.itertuples()]
+        acc = g["accepted"].sum()
+        drafted = g["drafted"].sum()
+        steps = g["steps"].sum()
+        out.append({
+            "drafter": drafter, "workload": wl, "k": k, "temperature": temp, "n": len(g),
+            "tok_s": float(g["decode_tok_s"].median()), "tok_s_min": float(g["decode_tok_s"].min()),
+            "tok_s_max": float(g["decode_tok_s"].max()),
+            "speedup": float(np.median(ratios)), "speedup_min": float(np.min(ratios)),
+            "speedup_max": float(np.max(ratios)),
+            "acceptance": float(acc / drafted) if drafted else None,
+            "tokens_per_step": float(g["decode_tokens"].sum() / steps) if steps else None,
+            "mean_accepted": float(acc / g["spec_steps"].sum()) if g["spec_steps"].sum() else None,
+            "draft_ms_step": float(g["draft_ms"].sum() / steps) if steps else None,
+            "verify_ms_step": float(g["verify_ms"].sum() / steps) if steps else None,
+            "repetition": float(g["repetition"].median()) if g["repetition"].notna().any() else None,
+            "ttft_ms": float(g["ttft_ms"].median()), "ttlt_ms": float(g["ttlt_ms"].median()),
+            "gate_closed": int(g["gate_closed"].sum()),
+            "lossless": bool(g["lossless"].all()) if "lossless" in g and g["lossless"].notna().all() else None,
+        })
+    return pd.DataFrame(out)
+
+
+def best_k(cells: pd.DataFrame, *, drafter: str | None = None) -> pd.DataFrame:
+    """Best k per (drafter, workload, temperature); k = 0 (disable) where nothing beats plain."""
+    rows = []
+    c = cells if drafter is None else cells[cells["drafter"].isin([drafter, "none"])]
+    for (d, wl, temp), g in c[c["k"] > 0].groupby(["drafter", "workload", "temperature"]):
+        top = g.loc[g["speedup"].idxmax()]
+        win = top["speedup"] > 1.0
+        rows.append({"drafter": d, "workload": wl, "temperature": temp, "best_k": int(top["k"]) if win else 0,
+                     "speedup": float(top["speedup"]) if win else 1.0,
+                     "best_spec_k": int(top["k"]), "best_spec_speedup": float(top["speedup"]),
+                     "acceptance": top["acceptance"]})
+    return pd.DataFrame(rows)
+
+
+def geomean_by_k(cells: pd.DataFrame) -> pd.Series:
+    """k -> geometric-mean speedup over the given cells (one drafter, one temperature)."""
+    return cells.groupby("k")["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
+
+
+def global_default(cells: pd.DataFrame) -> pd.DataFrame:
+    """One k per drafter for all workloads: the k with the best geometric-mean speedup."""
+    rows = []
+    for (d, temp), g in cells[cells["k"] > 0].groupby(["drafter", "temperature"]):
+        gm = geomean_by_k(g)
+        k = int(gm.idxmax())
+        rows.append({"drafter": d, "temperature": temp, "k": k if gm.max() > 1 else 0,
+                     "geomean_speedup": float(gm.max()), "k_tested": sorted(int(x) for x in gm.index)})
+    return pd.DataFrame(rows)
+
+
+def latency_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Time to first and to last token, cold (first run) vs warm, per drafter/workload/k."""
+    g = rows.groupby(["drafter", "workload", "k", "cold"]).agg(
+        ttft_ms=("ttft_ms", "median"), ttft_min=("ttft_ms", "min"), ttft_max=("ttft_ms", "max"),
+        ttlt_ms=("ttlt_ms", "median"), ttlt_min=("ttlt_ms", "min"), ttlt_max=("ttlt_ms", "max"),
+        n=("ttft_ms", "size"))
+    out = g.reset_index()
+    out["run"] = np.where(out["cold"], "cold", "warm")
+    return out.drop(columns="cold")
+
+
+def gate_comparison(off: pd.DataFrame, on: pd.DataFrame) -> pd.DataFrame:
+    """Cells at the same k with the gate off vs on: speedup both ways and how often it fired."""
+    keys = ["drafter", "workload", "k", "temperature"]
+    a = off[off["k"] > 0][keys + ["speedup", "speedup_min", "speedup_max", "acceptance"]]
+    b = on[on["k"] > 0][keys + ["speedup", "speedup_min", "speedup_max", "gate_closed"]]
+    m = a.merge(b, on=keys, suffixes=("_gate_off", "_gate_on"))
+    m["gate_fired"] = m["gate_closed"] > 0
+    return m
+
+
+def repetition_table(rows: pd.DataFrame, drafter: str = "ngram") -> pd.DataFrame:
+    """Acceptance beside output repetition for each warm generation of one drafter."""
+    r = rows[(rows["drafter"] == drafter) & (~rows["cold"]) & (rows["k"] > 0) & rows["acceptance"].notna()]
+    return r[["workload", "prompt", "temperature", "k", "repetition", "acceptance"]].reset_index(drop=True)
+
+
+def position_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (drafter, workload, k, position): conditional acceptance (accepted / tested at i) and
+    vLLM's per-draft rate (accepted at i / drafts reaching i), pooled over warm greedy runs."""
+    out = []
+    warm = rows[(~rows["cold"]) & (rows["k"] > 0)]
+    for (d, wl, k, temp), g in warm.groupby(["drafter", "workload", "k", "temperature"]):
+        acc = np.sum(np.stack(g["acc_pos"].to_numpy()), axis=0)
+        tested = np.sum(np.stack(g["tested_pos"].to_numpy()), axis=0)
+        reach = np.sum(np.stack(g["drafts_reaching_pos"].to_numpy()), axis=0)
+        for i in range(int(k)):
+            out.append({"drafter": d, "workload": wl, "k": int(k), "temperature": temp, "position": i,
+                        "accepted": int(acc[i]), "tested": int(tested[i]), "drafts": int(reach[i]),
+                        "accept_cond": float(acc[i] / tested[i]) if tested[i] else None,
+                        "accept_per_draft": float(acc[i] / reach[i]) if reach[i] else None})
+    return pd.DataFrame(out)
+
+
+def rejection_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean accepted length and the time spent on rejected drafts, per drafter/workload/k."""
+    warm = rows[(~rows["cold"]) & (rows["k"] > 0)]
+    g = warm.groupby(["drafter", "workload", "k", "temperature"]).agg(
+        drafted=("drafted", "sum"), accepted=("accepted", "sum"), spec_steps=("spec_steps", "sum"),
+        steps=("steps", "sum"), rejected_ms=("rejected_ms", "sum"), decode_ms=("decode_ms", "sum")).reset_index()
+    g["acceptance_per_drafted"] = g["accepted"] / g["drafted"].where(g["drafted"] > 0)
+    g["mean_accepted_per_spec_step"] = g["accepted"] / g["spec_steps"].where(g["spec_steps"] > 0)
+    g["rejected_share_of_decode"] = g["rejected_ms"] / g["decode_ms"]
+    return g
+
+
+def cell_metrics(cells: pd.DataFrame) -> list[dict]:
+    """Per-cell tok/s and speedup as metrics (step = k), with their recorded ranges."""
+    out = []
+    for c in cells.itertuples():
+        tag = f"{c.drafter}.{c.workload}.T{c.temperature:g}"
+        out.append({"name": f"tok_s.{tag}", "value": c.tok_s, "lo": c.tok_s_min, "hi": c.tok_s_max, "step": c.k})
+        out.append({"name": f"speedup.{tag}", "value": c.speedup, "lo": c.speedup_min, "hi": c.speedup_max,
+                    "step": c.k})
+    return out
+
+
+def rejection_metrics(rej: pd.DataFrame, k: int) -> list[dict]:
+    """The share of decode time lost to rejected drafts at draft length ``k`` (greedy)."""
+    sel = rej[(rej["k"] == k) & (rej["temperature"] == 0)]
+    return [{"name": f"rejected_share.{r.drafter}.{r.workload}", "value": r.rejected_share_of_decode, "step": k}
+            for r in sel.itertuples()]

@@ -1,0 +1,32 @@
+"""Open a recipe's model artifact on the recipe's engine.
+
+Takes any object with the recipe's fields (``engine``, ``model``, ``model_sha256``,
+``draft_model``, ``n_ctx``, ``threads``, ``n_gpu_layers``, ``n_cpu_moe``): this layer sits
+below the recipe class, so drafter factories can open a draft engine without reaching up.
+"""
+
+from __future__ import annotations
+
+from labkit import engines
+from labkit.artifacts import zoo
+
+
+def resolve_model(recipe, *, draft: bool = False):
+    """The model artifact (llama.cpp) or directory (MLX) a recipe names."""
+    name = recipe.draft_model if draft else recipe.model
+    sha = recipe.draft_model_sha256 if draft else recipe.model_sha256
+    if recipe.engine == "mlx":
+        from labkit.artifacts.mlx_convert import resolve_mlx_model
+
+        return resolve_mlx_model(name, expected_sha256=sha)
+    return zoo.get(name, expected_sha256=sha)
+
+
+def open_engine(recipe, *, draft: bool = False, load_mtp: bool = False):
+    """Load the recipe's target (or draft) model on the recipe's engine."""
+    art = resolve_model(recipe, draft=draft)
+    cls = engines.get(recipe.engine)
+    kw = {"n_ctx": recipe.n_ctx, "n_threads": recipe.threads, "artifact": art.describe()}
+    if recipe.engine == "llama.cpp":
+        kw.update(n_gpu_layers=recipe.n_gpu_layers, load_mtp=load_mtp)
+    return cls(art.path, **kw)

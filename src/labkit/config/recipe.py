@@ -1,0 +1,247 @@
+"""Recipes: ``experiments/*.yaml`` loaded into one dataclass.
+
+Unknown keys are rejected by name (a typo must not silently become a default), values
+are checked, and nothing in a recipe is ever executed. The recipe hash (of the
+normalised fields) ties every run back to exactly what was asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from labkit import engines
+from labkit.decoding import drafters
+from labkit.errors import LabkitError
+from labkit.paths import experiments_dir
+
+DEFAULT_RECIPE = "default"
+
+
+@dataclass
+class Recipe:
+    name: str = DEFAULT_RECIPE
+    description: str = ""
+    engine: str = "llama.cpp"
+    model: str = "gemma-3-270m-q4_k_m"  # zoo name or path to a .gguf (or an MLX directory)
+    model_sha256: str | None = None
+    draft_model: str | None = None
+    draft_model_sha256: str | None = None
+    drafters: list[str] = field(default_factory=lambda: ["ngram"])
+    k: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4, 5, 6])
+    workloads: list[str] = field(default_factory=lambda: ["edit", "prose_en", "prose_zh", "code", "tool_json"])
+    prompts_per_workload: int = 8
+    runs: int = 3
+    max_tokens: int = 128
+    temperatures: list[float] = field(default_factory=lambda: [0.0])
+    seed: int = 0
+    threads: int | None = None
+    n_ctx: int = 4096
+    n_gpu_layers: int = 0
+    gate: float = 0.60
+    gate_window: int = 32
+    gate_probe_every: int = 32
+    ngram_min: int = 2
+    ngram_max: int = 4
+    kv_depth: int = 200
+    verify_m: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 7, 8])
+    verify_rounds: int = 48
+    cost_models: list[str] = field(default_factory=lambda: ["synthetic-dense", "synthetic-moe"])
+    toolsuite_runs: int = 3
+    toolsuite_k: int = 3
+    toolsuite_temperature: float = 0.7
+    toolsuite_tasks: int | None = None  # None: the whole suite; N: the first N tasks (quick runs)
+    power_workload: str = "edit"
+    power_k: int | None = None  # None: the best k for power_workload from the newest k sweep
+    sweep: str | None = None  # LAB ID of the 02_k_sweep run that 03/05/advise read; None: the newest matching
+    interleave: str = "random"  # arm order in every comparison: random (per round, seeded) or abba
+    notebooks: list[str] = field(default_factory=list)  # empty: all of notebooks/
+    source: str | None = None  # where it was loaded from (filled in by load)
+    # field -> where a value that is not the file's came from ("env AS_SPEC_MIN_ACCEPT",
+    # "-p gate", "--gate"); provenance, not part of the hash (the values are)
+    origins: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        d.pop("origins")
+        return d
+
+    def origin_of(self, name: str) -> str:
+        """Where the effective value of field ``name`` came from."""
+        return self.origins.get(name) or (f"recipe file {self.source}" if self.source else "default")
+
+    @property
+    def hash(self) -> str:
+        """sha256 of the normalised recipe fields (not of the YAML text), 12 hex digits."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    SWEEP_FIELDS = (
+        "engine", "model", "model_sha256", "draft_model", "draft_model_sha256", "drafters", "k", "workloads",
+        "prompts_per_workload", "runs", "max_tokens", "temperatures", "seed", "threads", "n_ctx", "n_gpu_layers",
+        "gate", "gate_window", "gate_probe_every", "ngram_min", "ngram_max", "interleave",
+    )
+
+    @property
+    def sweep_hash(self) -> str:
+        """Hash of the fields that determine a k sweep: notebooks that read a sweep (03, 05,
+        advise) find it by this, whatever other fields (tool suite, power) they override."""
+        d = self.to_dict()
+        blob = json.dumps({k: d[k] for k in self.SWEEP_FIELDS}, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def validate(self) -> Recipe:
+        where = f"recipe {self.name!r}" + (f" ({self.source})" if self.source else "")
+
+        def bad(msg: str, fix: str):
+            raise LabkitError(f"{where}: {msg}", fix)
+
+        if any(x < 0 for x in self.k):
+            bad(f"k contains a negative value {min(self.k)}", "k values are draft lengths: use 0 (plain) or more")
+        if not self.k:
+            bad("k is empty", "list at least one draft length, e.g. k: [0, 3]")
+        for d in self.drafters:
+            if d not in drafters.DRAFTERS:
+                bad(f"unknown drafter {d!r}", f"use one of {drafters.names()}")
+        if "model" in self.drafters and not self.draft_model:
+            bad("drafter 'model' needs draft_model", "set draft_model to a zoo name or .gguf path, or drop 'model'")
+        if self.runs < 1:
+            bad(f"runs = {self.runs}", "use runs >= 1 (3 or more for ranges)")
+        if self.max_tokens < 1:
+            bad(f"max_tokens = {self.max_tokens}", "use max_tokens >= 1")
+        if not 0.0 <= self.gate <= 1.0:
+            bad(f"gate = {self.gate} is outside [0, 1]", "use e.g. gate: 0.6 (0 disables it)")
+        if any(t < 0 for t in self.temperatures):
+            bad("a temperature is negative", "use 0 for greedy or a positive temperature")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            bad(f"ngram_min={self.ngram_min}, ngram_max={self.ngram_max}", "use 1 <= ngram_min <= ngram_max")
+        if self.engine not in engines.ENGINES:
+            bad(f"unknown engine {self.engine!r}", f"use one of {', '.join(engines.ENGINES)}")
+        if self.interleave not in ("random", "abba"):
+            bad(f"interleave = {self.interleave!r}", "use interleave: random (the default) or abba")
+        if any(m < 1 for m in self.verify_m):
+            bad("verify_m contains a value < 1", "verify row counts start at 1")
+        for key in ("model_sha256", "draft_model_sha256"):
+            v = getattr(self, key)
+            if v is not None and (len(v) != 64 or any(c not in "0123456789abcdef" for c in v.lower())):
+                bad(f"{key} is not a sha256 hex digest", "use the 64-hex-digit value `labkit models` prints")
+        return self
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Recipe)}
+
+
+def _coerce(name: str, value, where: str, fix_where: str = "in the recipe"):
+    """Check a YAML value against the field's declared type (no exec, no magic)."""
+    f = _FIELDS[name]
+    t = str(f.type)
+    ok = True
+    if t.startswith("list["):
+        inner = t[5:-1]
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            value = [value]  # `k: 3` means `k: [3]`
+        ok = isinstance(value, list) and all(_is(inner, v) for v in value)
+        if ok and inner == "float":
+            value = [float(v) for v in value]
+    else:
+        ok = _is(t, value)
+        if ok and t == "float" and value is not None:
+            value = float(value)
+    if not ok:
+        raise LabkitError(
+            f"{where}: {name} = {value!r} has the wrong type (expected {t})",
+            f"fix the value of {name!r} {fix_where}",
+        )
+    return value
+
+
+def _is(t: str, v) -> bool:
+    if v is None:
+        return "None" in t
+    base = t.replace(" | None", "")
+    if base == "int":
+        return isinstance(v, int) and not isinstance(v, bool)
+    if base == "float":
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if base == "str":
+        return isinstance(v, str)
+    return True
+
+
+def from_dict(data: dict, *, source: str | None = None, origins: dict | None = None) -> Recipe:
+    """A validated recipe; ``origins`` (field -> where its value came from) decides whom a
+    bad value is blamed on: the recipe file, a ``-p`` flag or an environment variable."""
+    origins = origins or {}
+    where = f"recipe {source or data.get('name', '?')}"
+    if not isinstance(data, dict):
+        raise LabkitError(f"{where}: the top level must be a mapping of keys", "see experiments/default.yaml")
+    unknown = [k for k in data if k not in _FIELDS or k in ("source", "origins")]
+    if unknown:
+        k = unknown[0]
+        near = difflib.get_close_matches(k, [n for n in _FIELDS if n not in ("source", "origins")], n=1)
+        hint = f"did you mean {near[0]!r}?" if near else f"known keys: {', '.join(sorted(_FIELDS))}"
+        raise LabkitError(f"{where}: unknown key {k!r}", f"remove it or correct it ({hint})")
+    kw = {k: _coerce(k, v, where if k not in origins else origins[k],
+                     f"({origins[k]})" if k in origins else f"in {source or 'the recipe'}") for k, v in data.items()}
+    try:
+        return Recipe(**kw, source=source, origins=dict(origins)).validate()
+    except LabkitError as e:
+        blamed = [o for k, o in origins.items() if f" {k}" in e.problem or f"{k} " in e.problem]
+        if blamed:
+            raise LabkitError(f"{e.problem} (set by {blamed[0]})", f"{e.fix}; change {blamed[0]}") from None
+        raise
+
+
+def load(name_or_path: str | Path | None = None) -> Recipe:
+    """Load ``experiments/<name>.yaml`` or a YAML path; None loads the default recipe."""
+    name_or_path = name_or_path or DEFAULT_RECIPE
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = experiments_dir() / f"{name_or_path}.yaml"
+    if not p.is_file():
+        avail = sorted(x.stem for x in experiments_dir().glob("*.yaml"))
+        raise LabkitError(f"recipe not found: {p}", f"use one of {avail} or a path to a YAML file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise LabkitError(f"recipe {p} is not valid YAML: {e}", "fix the YAML syntax") from e
+    return from_dict(data or {}, source=str(p))
+
+RECIPE_FIELDS = set(Recipe.__dataclass_fields__) - {"source", "origins"}
+# environment variables that change a measurement, and the recipe field each sets; they
+# are resolved here, once, at the boundary, and recorded in the run as the field's origin
+ENV_FIELDS = {"AS_SPEC_MIN_ACCEPT": "gate"}
+
+
+def resolve(recipe: Recipe, overrides: dict | None = None, *, origin: str = "override", env=None) -> Recipe:
+    """The effective recipe: file < environment (``ENV_FIELDS``) < ``overrides`` (None
+    values skipped). Every value not from the file keeps its origin in ``recipe.origins``."""
+    env = os.environ if env is None else env
+    data, origins = recipe.to_dict(), dict(recipe.origins)
+    for var, name in ENV_FIELDS.items():
+        raw = env.get(var)
+        if raw:
+            try:
+                data[name] = float(raw)
+            except ValueError as e:
+                raise LabkitError(f"{var}={raw!r} is not a number", f"set {var} to e.g. 0.6, or unset it") from e
+            origins[name] = f"env {var}={raw}"
+    for k, v in (overrides or {}).items():
+        if k in RECIPE_FIELDS and v is not None:
+            data[k] = v
+            origins[k] = origin.format(name=k)
+    return from_dict(data, source=recipe.source, origins=origins)
+
+
+def effective_recipe(params: dict) -> Recipe:
+    """The named recipe with the environment and every notebook parameter that names a
+    recipe field (and is not None) applied; a bad value is blamed on its ``-p`` flag."""
+    return resolve(load(params.get("recipe")), params, origin="-p {name}")

@@ -1,0 +1,80 @@
+"""The decoding loop: a generator yielding one :class:`StepRecord` per step.
+
+Plain decoding is the same loop with k = 0 (one row per step), so baseline and
+speculative runs are timed and counted identically. Each speculative step:
+
+    draft   d_1..d_k            = drafter.propose(history, k)        (draft_ms)
+    verify  [t_last, d_1..d_k]  -> k+1 logit rows, one llama_decode  (verify_ms)
+    accept  the longest prefix the target agrees with, plus one target token
+    rollback the cache to drop the rows of rejected drafts
+
+Statistics, gates and cost fits are computed from the records (see ``stats``), except
+the acceptance gate, which must steer the loop and so reads each record as it is made.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from labkit.decoding.records import StepRecord
+from labkit.errors import LabkitError
+
+DEFAULT_GATE = 0.60
+
+
+@dataclass
+class AcceptanceGate:
+    """Rolling acceptance gate: below ``threshold`` over the last ``window`` drafted
+    tokens, fall back to plain decoding; after ``probe_every`` plain tokens, try one
+    speculative step and reopen if it clears the threshold.
+    """
+
+    threshold: float = DEFAULT_GATE
+    window: int = 32
+    min_samples: int = 8
+    probe_every: int = 32
+    open: bool = True
+    _recent: deque = field(default_factory=deque)
+    _plain_since: int = 0
+
+    def __post_init__(self):
+        if not 0.0 <= self.threshold <= 1.0:
+            raise LabkitError(f"gate threshold {self.threshold} is outside [0, 1]", "use e.g. 0.6, or 0 to disable")
+
+    def rate(self) -> float | None:
+        return sum(self._recent) / len(self._recent) if self._recent else None
+
+    def wants_probe(self) -> bool:
+        return not self.open and self._plain_since >= self.probe_every
+
+    def update(self, rec: StepRecord) -> str | None:
+        """Feed one record; returns the event text when the gate changes state."""
+        if rec.mode == "plain":
+            self._plain_since += len(rec.tokens)
+            return None
+        if rec.drafted == 0:
+            return None
+        # per drafted token: an untested draft position counts as not accepted
+        outcomes = [1 if o == 1 else 0 for o in rec.outcomes]
+        if rec.mode == "probe":
+            r = sum(outcomes) / len(outcomes)
+            self._plain_since = 0
+            if r >= self.threshold:
+                self.open = True
+                self._recent.clear()
+                self._recent.extend(outcomes)
+                return f"reopened: probe acceptance {r:.2f} >= {self.threshold:.2f}"
+            return None
+        self._recent.extend(outcomes)
+        while len(self._recent) > self.window:
+            self._recent.popleft()
+        r = self.rate()
+        if len(self._recent) >= self.min_samples and r < self.threshold:
+            self.open = False
+            self._plain_since = 0
+            return (
+                f"closed: rolling acceptance {r:.2f} < {self.threshold:.2f} "
+                f"over the last {len(self._recent)} drafted tokens"
+            )
+        return None

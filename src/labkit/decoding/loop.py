@@ -1,0 +1,152 @@
+"""The decoding loop: a generator yielding one :class:`StepRecord` per step.
+
+Plain decoding is the same loop with k = 0 (one row per step), so baseline and
+speculative runs are timed and counted identically. Each speculative step:
+
+    draft   d_1..d_k            = drafter.propose(history, k)        (draft_ms)
+    verify  [t_last, d_1..d_k]  -> k+1 logit rows, one llama_decode  (verify_ms)
+    accept  the longest prefix the target agrees with, plus one target token
+    rollback the cache to drop the rows of rejected drafts
+
+Statistics, gates and cost fits are computed from the records (see ``stats``), except
+the acceptance gate, which must steer the loop and so reads each record as it is made.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from labkit.decoding.drafters.base import Draft, Drafter
+from labkit.decoding.gate import AcceptanceGate
+from labkit.decoding.records import StepRecord
+from labkit.decoding.sampling import accept_or_resample, sample, softmax
+from labkit.errors import LabkitError
+
+DEFAULT_MAX_TOKENS = 128
+
+
+def generate(
+    engine,
+    prompt: Sequence[int],
+    *,
+    drafter: Drafter | None = None,
+    k: int = 0,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    temperature: float = 0.0,
+    seed: int = 0,
+    gate: AcceptanceGate | None = None,
+    stop_at_eog: bool = True,
+    stop_tokens: frozenset[int] | set[int] = frozenset(),
+    keep_prefix: int = 0,
+) -> Iterator[StepRecord]:
+    """Decode ``prompt`` (token ids) for up to ``max_tokens`` tokens, yielding one record per step.
+
+    Generation ends after an end-of-generation token (``stop_at_eog``) or any token in
+    ``stop_tokens``, which is emitted and ends the output, as in plain decoding.
+    ``keep_prefix`` marks the first tokens of the prompt as a prefix shared across
+    generations (a few-shot preamble), kept in the cache(s) between them; the prefill
+    record's m then counts the rows actually decoded (see ``Engine.prefill``).
+    """
+    if k < 0:
+        raise LabkitError(f"k = {k} is negative", "use k >= 0 (k = 0 is plain decoding)")
+    if k > 0 and drafter is None:
+        raise LabkitError(f"k = {k} needs a drafter", "pass --drafter ngram|model|mtp, or k = 0")
+    if temperature < 0:
+        raise LabkitError(f"temperature {temperature} is negative", "use 0 (greedy) or a positive value")
+    if not prompt:
+        raise LabkitError("the prompt is empty", "give at least one token")
+    engine.check_fits(len(prompt) + max_tokens + k - engine.n_past,
+                      what=f"prompt ({len(prompt)} tokens) + max_tokens + k")
+    keep = keep_prefix if drafter is None or drafter.supports_prompt_reuse else 0
+    rng = np.random.default_rng(seed)
+    greedy = temperature == 0.0
+
+    def choose(row: int) -> int:
+        return engine.argmax(row) if greedy else sample(softmax(engine.logits(row), temperature), rng)
+
+    t_start = time.perf_counter()
+    rows = engine.prefill(prompt, keep=keep)
+    t_pf = time.perf_counter()
+    if drafter is not None:  # e.g. a draft model's own prefill: part of time-to-first-token
+        drafter.begin(prompt, keep=keep)
+    t_dpf = time.perf_counter()
+    tok = choose(-1)
+    t_end = time.perf_counter()
+    history = list(prompt) + [tok]
+    emitted = 1
+    # the prefill's own decode is its "verify"; the drafter's begin() is its "draft"
+    yield StepRecord(
+        step=0, mode="prefill", k=0, drafted=0, accepted=0, outcomes=[], draft=[], m=rows,
+        draft_ms=(t_dpf - t_pf) * 1e3, verify_ms=(t_pf - t_start) * 1e3, accept_ms=(t_end - t_dpf) * 1e3,
+        tokens=[tok], from_draft=[False], t_ms=(t_end - t_start) * 1e3,
+    )
+    def stops(t: int) -> bool:
+        return (stop_at_eog and engine.is_eog(t)) or t in stop_tokens
+
+    done = stops(tok)
+    step = 0
+    while not done and emitted < max_tokens:
+        step += 1
+        mode = "plain"
+        kk = 0
+        if k > 0:
+            if gate is None or gate.open:
+                mode, kk = "spec", k
+            elif gate.wants_probe():
+                mode, kk = "probe", k
+        kk = min(kk, max_tokens - emitted)  # never verify rows that cannot be emitted
+        t0 = time.perf_counter()
+        draft = drafter.propose(history, kk, temperature=temperature, rng=rng) if kk > 0 else Draft([])
+        d = draft.tokens[:kk]
+        t1 = time.perf_counter()
+        base = engine.n_past
+        engine.decode([history[-1], *d], all_logits=True)
+        t2 = time.perf_counter()
+        out: list[int] = []
+        outcomes = [-1] * len(d)
+        n_acc = 0
+        for j, x in enumerate(d):
+            if greedy:
+                ok, t = (True, x) if engine.argmax(j) == x else (False, engine.argmax(j))
+            else:
+                q = draft.q[j] if draft.q is not None else None
+                ok, t = accept_or_resample(softmax(engine.logits(j), temperature), x, q, rng)
+            outcomes[j] = 1 if ok else 0
+            out.append(t)
+            if not ok:
+                break
+            n_acc += 1
+        if n_acc == len(d):
+            out.append(choose(len(d)))  # the bonus row after the last accepted draft
+        # cache now holds t_last + all d; keep t_last + accepted drafts
+        engine.rollback(base + 1 + n_acc)
+        from_draft = [True] * n_acc + [False]
+        for i, t in enumerate(out):
+            if stops(t):
+                out, from_draft, done = out[: i + 1], from_draft[: i + 1], True
+                break
+        if emitted + len(out) > max_tokens:
+            out, from_draft = out[: max_tokens - emitted], from_draft[: max_tokens - emitted]
+        history.extend(out)
+        emitted += len(out)
+        t3 = time.perf_counter()
+        rec = StepRecord(
+            step=step, mode=mode, k=kk, drafted=len(d), accepted=n_acc, outcomes=outcomes, draft=list(d),
+            m=len(d) + 1, draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3, accept_ms=(t3 - t2) * 1e3,
+            tokens=out, from_draft=from_draft, t_ms=(t3 - t_start) * 1e3,
+        )
+        if gate is not None and k > 0:
+            rec.gate = gate.update(rec)
+        yield rec
+
+
+def run(engine, prompt: Sequence[int], **kw) -> list[StepRecord]:
+    """All records of one generation (see :func:`generate`)."""
+    return list(generate(engine, prompt, **kw))
+
+
+def tokens_of(records: Sequence[StepRecord]) -> list[int]:
+    return [t for r in records for t in r.tokens]

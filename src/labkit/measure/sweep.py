@@ -1,0 +1,131 @@
+"""The k sweep: tok/s and acceptance for every (drafter, workload, prompt, k, temperature).
+
+One row per generation. For each prompt, runs are interleaved: every run visits the
+plain baseline (k = 0, shared by all drafters) and each (drafter, k) once, in a fresh
+random order, so drift on a shared machine spreads evenly over the arms. Run 0 of each
+prompt is the cold run (first after load, or first on this prompt) and is kept, marked
+``cold``, but left out of the warm statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from labkit.analysis.lossless import divergence_report
+from labkit.analysis.stats import summarize, tokens_from
+from labkit.decoding.loop import run
+from labkit.measure import order
+
+ROW_KEYS = (
+    "decode_tok_s", "e2e_tok_s", "ttft_ms", "ttlt_ms", "tokens", "decode_tokens", "steps", "spec_steps",
+    "plain_steps", "drafted", "accepted", "acceptance", "acceptance_tested", "mean_accepted", "tokens_per_step",
+    "draft_ms", "verify_ms", "accept_ms", "decode_ms", "rejected_ms", "rejected_share", "repetition",
+)
+
+
+def _row(recs, k_max: int) -> dict:
+    s = summarize(recs, k_max=k_max)
+    row = {key: getattr(s, key) for key in ROW_KEYS}
+    row["gate_events"] = len(s.gate_events)
+    row["gate_closed"] = sum(1 for e in s.gate_events if e["event"].startswith("closed"))
+    row["accept_by_pos"] = s.accept_by_pos
+    row["drafts_reaching_pos"] = s.drafts_reaching_pos
+    # per-position counts, so pooled rates can be recomputed exactly later
+    spec = [r for r in recs if r.mode != "prefill" and r.drafted > 0]
+    row["acc_pos"] = [sum(1 for r in spec if len(r.outcomes) > i and r.outcomes[i] == 1) for i in range(k_max)]
+    row["tested_pos"] = [sum(1 for r in spec if len(r.outcomes) > i and r.outcomes[i] >= 0) for i in range(k_max)]
+    return row
+
+
+def k_sweep(
+    engine,
+    prompts: list,
+    *,
+    drafters: dict,
+    ks: list[int],
+    runs: int = 3,
+    max_tokens: int = 128,
+    temperatures: tuple[float, ...] = (0.0,),
+    seed: int = 0,
+    make_gate: Callable | None = None,
+    interleave: str = order.DEFAULT_POLICY,
+    check_lossless: bool = True,
+    progress: Callable | None = None,
+) -> pd.DataFrame:
+    """Measure every arm on every prompt; ``prompts`` are ``workloads.Prompt`` objects.
+
+    ``make_gate`` (a factory; None = no gate) is applied to every speculative arm.
+    """
+    spec_ks = [k for k in ks if k > 0]
+    rows = []
+    n_total = len(prompts) * len(temperatures) * (runs + 1)
+    done = 0
+    for p in prompts:
+        ids = engine.tokenize(p.text)
+        for temp in temperatures:
+            arms = [("none", 0)] + [(d, k) for d in drafters for k in spec_ks]
+            for r in range(runs + 1):
+                s = seed + r if temp > 0 else seed
+                for name, k in order.arm_order(arms, done, policy=interleave, seed=seed):
+                    drafter = drafters.get(name)
+                    gate = make_gate() if (make_gate and k > 0) else None
+                    recs = run(engine, ids, drafter=drafter, k=k, max_tokens=max_tokens, temperature=temp,
+                               seed=s, gate=gate)
+                    row = {"workload": p.workload, "prompt": p.id, "drafter": name, "k": k,
+                           "temperature": temp, "run": r, "cold": r == 0, "prompt_tokens": len(ids),
+                           "gate": gate.threshold if gate else 0.0, "interleave": interleave,
+                           **_row(recs, max(ks))}
+                    row["_records"] = recs
+                    rows.append(row)
+                done += 1
+                if progress:
+                    progress(f"k sweep: {p.id} T={temp} run {r}/{runs} ({done}/{n_total})")
+            if check_lossless and temp == 0:
+                _lossless(engine, ids, [x for x in rows if x["prompt"] == p.id and x["temperature"] == 0])
+    for x in rows:
+        x.pop("_records", None)
+    return pd.DataFrame(rows)
+
+
+def _lossless(engine, ids, rows) -> None:
+    """Greedy speculative output vs the plain output of the same prompt (first warm plain run)."""
+    ref = next(x for x in rows if x["k"] == 0 and not x["cold"])["_records"]
+    ref_tokens = tokens_from(ref)
+    for x in rows:
+        if x["k"] == 0:
+            x["lossless"], x["identical"], x["divergence_gap"] = True, tokens_from(x["_records"]) == ref_tokens, None
+            continue
+        rep = divergence_report(engine, ids, ref, x["_records"])
+        x["lossless"], x["identical"] = rep["lossless"], rep["identical"]
+        x["divergence_gap"] = rep["divergence"]["plain_gap"] if rep["divergence"] and "plain_gap" in rep[
+            "divergence"] else None
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+def gated_sweep(engine, prompts: list, *, drafters: dict, default_k: pd.DataFrame, make_gate: Callable,
+                **kw) -> pd.DataFrame | None:
+    """The global-default (drafter, k) of each greedy row of ``default_k`` measured again
+    with the gate on, against plain on the same prompts; None when no default speculates."""
+    parts = [k_sweep(engine, prompts, drafters={g.drafter: drafters[g.drafter]}, ks=[0, int(g.k)],
+                     check_lossless=False, make_gate=make_gate, **kw)
+             for g in default_k[default_k["temperature"] == 0].itertuples() if g.k > 0]
+    return pd.concat(parts, ignore_index=True) if parts else None

@@ -1,0 +1,45 @@
+"""Did a metric move between two reproductions of the same notebook and recipe?
+
+A metric moved when its change exceeds its noise band: the wider of the two runs'
+recorded ranges (``name.lo`` .. ``name.hi``), or ``rel_tol`` of the previous value where
+no range was recorded. The arithmetic is one pure function (``compare_metrics``); finding
+the previous run is the store's job (``compare_with_previous``).
+"""
+
+from __future__ import annotations
+
+REL_TOL = 0.05  # a metric without a recorded range is flagged beyond 5% change
+
+
+def compare_metrics(new: dict, old: dict, *, rel_tol: float = REL_TOL) -> tuple[list[dict], list[dict]]:
+    """(moved, within-noise) rows for every metric both runs logged (ranges and lab.* excluded)."""
+    moved, same = [], []
+    for name, v1 in new.items():
+        if name.endswith((".lo", ".hi")) or name.startswith("lab.") or name not in old:
+            continue
+        v0 = old[name]
+        width = max(old.get(f"{name}.hi", v0) - old.get(f"{name}.lo", v0),
+                    new.get(f"{name}.hi", v1) - new.get(f"{name}.lo", v1))
+        band = max(width, rel_tol * abs(v0))
+        row = {"metric": name, "previous": v0, "now": v1, "band": band,
+               "basis": "recorded range" if width > rel_tol * abs(v0) else f"{rel_tol:.0%} of previous"}
+        (moved if abs(v1 - v0) > band else same).append(row)
+    return moved, same
+
+
+def compare_with_previous(c, result: dict, *, rel_tol: float = REL_TOL) -> dict | None:
+    """Metrics of this run vs the previous finished run of the same notebook and recipe."""
+    this = c.get_run(result["run_id"])
+    exp = this.info.experiment_id
+    prev = c.search_runs(
+        [exp],
+        filter_string=f"tags.`recipe.effective_hash` = '{result['recipe_hash']}' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"], max_results=10,
+    )
+    prev = [r for r in prev if r.info.run_id != result["run_id"] and r.info.start_time < this.info.start_time]
+    if not prev:
+        return None
+    p = prev[0]
+    moved, same = compare_metrics(this.data.metrics, p.data.metrics, rel_tol=rel_tol)
+    return {"previous_id": p.data.tags.get("lab.id"), "previous_run_id": p.info.run_id,
+            "moved": moved, "within_noise": len(same)}

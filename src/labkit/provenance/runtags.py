@@ -1,0 +1,63 @@
+"""MLflow tracking and ``[LAB: …]`` provenance IDs.
+
+ID scheme (short enough to cite in prose, unique per run, resolvable, related by recipe):
+
+    LAB:01-3fa2c1-k7q2m          a notebook run: notebook number, recipe hash (6), run token (5)
+    LAB:01-3fa2c1-k7q2m/c5       cell 5 of that run (executed code cells, counted from 1)
+    LAB:01-3fa2c1-k7q2m/cost-fit a named figure or table of that run
+
+Two runs of the same notebook and recipe share the ``01-3fa2c1`` prefix; the run token
+is drawn from the MLflow run id and checked unique. Every run is tagged ``lab.id``,
+so an ID resolves with one tag search, on a local SQLite store or an ``mlflow server``.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def flat_tags(prov: dict) -> dict:
+    """The provenance fields that belong in run tags (the full record is an artifact)."""
+    host = prov.get("host", {})
+    git = prov.get("git", {})
+    t = {
+        "git.commit": git.get("commit"),
+        "git.dirty": git.get("dirty"),
+        "host.cpu": host.get("cpu"),
+        "host.cores": host.get("cores"),
+        "host.memory_gb": round((host.get("memory_bytes") or 0) / 2**30, 1),
+        "host.os": host.get("os"),
+        "host.name": host.get("hostname"),
+        "packages": json.dumps(prov.get("packages", {}), sort_keys=True),
+    }
+    if "recipe" in prov:
+        rec = prov["recipe"]
+        t.update({"recipe": rec["name"], "recipe.hash": rec["hash"]})
+        if "gate" in rec:
+            t.update({"gate.threshold": rec["gate"]["threshold"], "gate.source": rec["gate"]["source"]})
+        t.update({f"recipe.origin.{k}": v for k, v in rec.get("origins", {}).items()})
+    return {k: v for k, v in t.items() if v is not None}
+
+
+def engine_tags(desc: dict) -> dict:
+    b = desc.get("build", {})
+    m = desc.get("model", {})
+    return {
+        k: v
+        for k, v in {
+            "engine": desc.get("engine"),
+            "engine.version": b.get("llama_cpp_python") or b.get("mlx_lm"),
+            "engine.commit": b.get("llama_cpp_commit"),
+            "engine.flags": b.get("cmake_args"),
+            "engine.blas": (b.get("blas") or {}).get("blas") if isinstance(b.get("blas"), dict) else b.get("blas"),
+            "engine.label": desc.get("label"),
+            "engine.system_info": b.get("system_info"),
+            "engine.threads": desc.get("threads"),
+            "engine.n_gpu_layers": desc.get("n_gpu_layers"),
+            "model.name": m.get("name"),
+            "model.sha256": m.get("sha256"),
+            "model.synthetic": m.get("synthetic"),
+            "residency": json.dumps(desc.get("residency")) if desc.get("residency") else None,
+        }.items()
+        if v is not None
+    }

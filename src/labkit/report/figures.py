@@ -1,0 +1,226 @@
+"""Figures: registered seaborn plot functions, stamped with their ``[LAB: …]`` ID.
+
+A figure is always drawn by a function registered here from a DataFrame plus JSON-able
+keyword arguments. That is what makes ``labkit regen`` possible: the logged data and
+arguments are enough to draw it again, and the function also returns the data it drew,
+whose hash shows whether the regeneration is identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from labkit.errors import LabkitError
+
+PlotFn = Callable[..., tuple]  # (data, **kw) -> (Figure, drawn DataFrame)
+PLOTS: dict[str, PlotFn] = {}
+
+
+def register(kind: str):
+    def deco(fn: PlotFn) -> PlotFn:
+        PLOTS[kind] = fn
+        return fn
+
+    return deco
+
+
+def get(kind: str) -> PlotFn:
+    if kind not in PLOTS:
+        raise LabkitError(f"unknown figure kind {kind!r}", f"registered kinds: {', '.join(sorted(PLOTS))}")
+    return PLOTS[kind]
+
+
+
+
+
+
+
+
+
+
+# -- drawing, stamping, saving ---------------------------------------------------------
+def render(kind: str, data: pd.DataFrame, **kw):
+    """Draw figure ``kind`` from ``data``; returns (Figure, drawn DataFrame)."""
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="notebook")
+    return get(kind)(data, **kw)
+
+
+def stamp(fig, lab_id: str) -> None:
+    """Write the provenance ID visibly on the figure."""
+    fig.text(0.995, 0.005, f"[{lab_id}]", ha="right", va="bottom", fontsize=7, color="0.35", family="monospace")
+
+
+def save(fig, folder: Path, *, lab_id: str, title: str) -> dict[str, Path]:
+    """PNG and SVG, each carrying the ID in its metadata."""
+    folder.mkdir(parents=True, exist_ok=True)
+    png, svg = folder / "figure.png", folder / "figure.svg"
+    fig.savefig(png, dpi=120, bbox_inches="tight", metadata={"Title": title, "LAB": lab_id, "Software": "labkit"})
+    fig.savefig(svg, bbox_inches="tight", metadata={"Title": title, "Identifier": lab_id, "Creator": "labkit"})
+    return {"png": png, "svg": svg}
+
+
+def png_lab_id(path: Path) -> str | None:
+    """Read the ID back from a PNG's text metadata."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return im.info.get("LAB")
+
+
+# -- the plots --------------------------------------------------------------------------
+@register("verify_cost")
+def plot_verify_cost(data: pd.DataFrame, *, fit: dict | None = None, title: str = "verify(m)", H_ms=None):
+    """Every verify sample per m, the median per m, and the fitted a + b*m with its CI band."""
+    import seaborn as sns
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    sns.stripplot(data=data, x="m", y="ms", native_scale=True, alpha=0.35, size=3, color="0.4", ax=ax, jitter=0.15)
+    med = data.groupby("m", as_index=False)["ms"].agg(median_ms="median", min_ms="min", max_ms="max")
+    ax.plot(med["m"], med["median_ms"], "o", color="C0", label="median per m", zorder=5)
+    drawn = med
+    if fit:
+        from labkit.analysis.costmodel import LinearFit
+
+        lf = LinearFit(**{k: (tuple(v) if k.endswith("_ci") and v is not None else v) for k, v in fit.items()})
+        ms = np.arange(int(data["m"].min()), int(data["m"].max()) + 1)
+        line = lf.predict(ms)
+        lo, hi = lf.band(ms)
+        label = f"fit a={lf.a:.1f} ms, b={lf.b:.2f} ms/row" + (
+            f", odd m +{lf.parity:.1f} ms" if lf.parity is not None else "") + f", R²={lf.r2:.2f}"
+        ax.plot(ms, line, "-" if lf.parity is None else "--", color="C1", label=label, marker="" if lf.parity is None else "x")
+        ax.fill_between(ms, lo, hi, color="C1", alpha=0.15, label="95% CI of the fitted mean")
+        drawn = drawn.merge(pd.DataFrame({"m": ms, "fit_ms": line, "fit_lo": lo, "fit_hi": hi}), on="m", how="outer")
+    if H_ms is not None:
+        ax.axhline(H_ms, ls=":", color="C2", label=f"plain step H = {H_ms:.1f} ms")
+    ax.set_xticks(sorted(data["m"].unique()))
+    ax.set_xlabel("rows verified m = k + 1")
+    ax.set_ylabel("ms per verify")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig, drawn
+
+
+@register("speedup_heatmap")
+def plot_speedup_heatmap(data: pd.DataFrame, *, title: str = "speedup vs plain decoding", value: str = "speedup"):
+    """Workload x k heatmap of median speedup, one panel per drafter (greedy rows only)."""
+    import seaborn as sns
+
+    d = data[data["k"] > 0]
+    drafters = sorted(d["drafter"].unique())
+    fig, axes = plt.subplots(1, len(drafters), figsize=(5.2 * len(drafters), 3.6), squeeze=False)
+    drawn = []
+    for ax, dr in zip(axes[0], drafters):
+        piv = d[d["drafter"] == dr].pivot_table(index="workload", columns="k", values=value, aggfunc="median")
+        sns.heatmap(piv, annot=True, fmt=".2f", center=1.0, cmap="RdBu", ax=ax, cbar=False, vmin=0.3, vmax=1.7)
+        ax.set_title(f"{dr}: {value}")
+        long = piv.reset_index().melt(id_vars="workload", var_name="k", value_name=value)
+        long.insert(0, "drafter", dr)
+        drawn.append(long)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig, pd.concat(drawn, ignore_index=True)
+
+
+@register("tok_s_vs_k")
+def plot_tok_s_vs_k(data: pd.DataFrame, *, title: str = "decode tok/s vs k"):
+    """Median decode tok/s per k with min-max error bars, one line per workload, a panel per drafter."""
+    d = data.sort_values("k")
+    drafters = sorted(x for x in d["drafter"].unique() if x != "none")
+    base = d[d["k"] == 0]
+    fig, axes = plt.subplots(1, len(drafters), figsize=(5.2 * len(drafters), 3.8), squeeze=False, sharey=True)
+    drawn = []
+    for ax, dr in zip(axes[0], drafters):
+        g = pd.concat([base.assign(drafter=dr), d[d["drafter"] == dr]])
+        for i, (wl, w) in enumerate(g.groupby("workload")):
+            ax.errorbar(w["k"], w["tok_s"], yerr=[w["tok_s"] - w["tok_s_min"], w["tok_s_max"] - w["tok_s"]],
+                        marker="o", capsize=2, label=wl, color=f"C{i}")
+        ax.set_title(dr)
+        ax.set_xlabel("k (draft length)")
+        ax.set_ylabel("decode tok/s (median, min-max)")
+        drawn.append(g[["drafter", "workload", "k", "tok_s", "tok_s_min", "tok_s_max"]])
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig, pd.concat(drawn, ignore_index=True)
+
+
+@register("accept_by_position")
+def plot_accept_by_position(data: pd.DataFrame, *, title: str = "acceptance by draft position",
+                            value: str = "accept_cond"):
+    """Per-position acceptance (position 0 = first drafted token), a line per workload, a panel per drafter."""
+    drafters = sorted(data["drafter"].unique())
+    fig, axes = plt.subplots(1, len(drafters), figsize=(5.2 * len(drafters), 3.6), squeeze=False, sharey=True)
+    for ax, dr in zip(axes[0], drafters):
+        g = data[data["drafter"] == dr]
+        for i, (wl, w) in enumerate(g.groupby("workload")):
+            ax.plot(w["position"], w[value], marker="o", label=wl, color=f"C{i}")
+        ax.set_title(dr)
+        ax.set_xlabel("draft position")
+        ax.set_ylim(0, 1.02)
+    axes[0][0].set_ylabel({"accept_cond": "P(accept i | accepted < i)", "accept_per_draft": "accepted at i / drafts"}
+                          .get(value, value))
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig, data[["drafter", "workload", "position", value]].reset_index(drop=True)
+
+
+@register("predicted_vs_measured")
+def plot_predicted_vs_measured(data: pd.DataFrame, *, title: str = "cost model: predicted vs measured tok/s"):
+    import seaborn as sns
+
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    sns.scatterplot(data=data, x="measured_tok_s", y="predicted_tok_s", hue="workload", style="drafter", ax=ax)
+    lo = float(min(data["measured_tok_s"].min(), data["predicted_tok_s"].min())) * 0.9
+    hi = float(max(data["measured_tok_s"].max(), data["predicted_tok_s"].max())) * 1.1
+    xs = np.array([lo, hi])
+    ax.plot(xs, xs, "k-", lw=0.8)
+    ax.fill_between(xs, xs * 0.9, xs * 1.1, color="0.5", alpha=0.15, label="±10%")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    within = float((data["error"].abs() <= 0.10).mean())
+    ax.set_title(f"{title}\n{within:.0%} of cells within ±10%")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig, data[["drafter", "workload", "k", "measured_tok_s", "predicted_tok_s", "error"]].reset_index(drop=True)
+
+
+@register("acceptance_vs_repetition")
+def plot_acceptance_vs_repetition(data: pd.DataFrame, *, title: str = "n-gram acceptance vs output repetition"):
+    """Per generation: acceptance against the share of repeated 4-grams in the output."""
+    import seaborn as sns
+
+    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    sns.scatterplot(data=data, x="repetition", y="acceptance", hue="workload", style="temperature", ax=ax)
+    ax.set_xlabel("share of 4-grams already seen in the output (loop indicator)")
+    ax.set_ylabel("acceptance (accepted / drafted)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig, data[["workload", "prompt", "temperature", "k", "repetition", "acceptance"]].reset_index(drop=True)
+
+
+@register("arch_contrast")
+def plot_arch_contrast(data: pd.DataFrame, *, title: str = "verify(m): dense vs MoE (SYNTHETIC, cost only)"):
+    """Median verify(m) per model with min-max bars; the label says the models are synthetic."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    g = data.groupby(["model", "m"])["ms"].agg(["median", "min", "max"]).reset_index()
+    for i, (model, w) in enumerate(g.groupby("model")):
+        ax.errorbar(w["m"], w["median"], yerr=[w["median"] - w["min"], w["max"] - w["median"]], marker="o",
+                    capsize=2, label=model, color=f"C{i}")
+    ax.set_xticks(sorted(data["m"].unique()))
+    ax.set_xlabel("rows verified m")
+    ax.set_ylabel("ms per verify (median, min-max)")
+    ax.set_title(title)
+    ax.text(0.02, 0.97, "SYNTHETIC random weights: valid for cost only", transform=ax.transAxes, va="top",
+            fontsize=8, color="C3")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig, g
