@@ -24,7 +24,7 @@ def sample(tmp_path_factory):
     path = tmp_path_factory.mktemp("gguf") / "sample.gguf"
     rng = np.random.default_rng(7)
     w = gguf.GGUFWriter(str(path), "gemma3")
-    w.add_custom_alignment(64)  # not the default 32: the data offset must follow it
+    w.add_custom_alignment(1024)  # not the default 32: the data offset must follow it
     w.add_uint8("t.u8", 200)
     w.add_int8("t.i8", -7)
     w.add_uint16("t.u16", 60000)
@@ -66,7 +66,7 @@ def test_fields_equal_ggufreader(sample):
         assert kv.sub_type == (f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None), name
         assert kv.value == f.contents(), name
         assert type(kv.value) is type(f.contents()), name
-    assert got.get("t.strs")[3] == "你好" and got.get("general.alignment") == 64
+    assert got.get("t.strs")[3] == "你好" and got.get("general.alignment") == 1024
     assert got.get("missing", "default") == "default"
     assert got.version == int(ref.fields["GGUF.version"].contents())
 
@@ -75,6 +75,7 @@ def test_tensors_equal_ggufreader(sample):
     ref = gguf.GGUFReader(str(sample))
     got = gguf_meta.read(sample)
     assert [t.name for t in got.tensors] == [t.name for t in ref.tensors]
+    assert got.data_offset == ref.data_offset and got.data_offset % 1024 == 0
     for a, b in zip(got.tensors, ref.tensors):
         assert a.tensor_type == b.tensor_type, a.name
         assert a.shape == tuple(int(d) for d in b.shape), a.name

@@ -55,6 +55,7 @@ class GgufFile:
     version: int
     kv: dict[str, KV]
     tensors: list[Tensor]
+    data_offset: int  # where tensor data starts: after the tensor table, at the file's alignment
 
     def get(self, key: str, default=None):
         kv = self.kv.get(key)
@@ -136,4 +137,4 @@ def read(path: str | os.PathLike) -> GgufFile:
             data = np.frombuffer(buf, dtype=np.uint8, count=n // block * size, offset=start + t_off)
             data = data.reshape(byte_shape)
         tensors.append(Tensor(name, ttype, dims, data))
-    return GgufFile(str(path), version, kv, tensors)
+    return GgufFile(str(path), version, kv, tensors, start)
