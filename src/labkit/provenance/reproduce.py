@@ -200,7 +200,6 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
     nbs = discover(only, eff)
     routed = route_parameters(nbs, base)  # refuse bad input before anything runs or is recorded
     git_tags = committed.check(nbs, allow_dirty=allow_dirty)
-    c = tracking.client()
     run_limit = timeout if timeout is not None else eff.run_timeout_s
     deadline = time.monotonic() + run_limit if run_limit else None
     out = Path(out_dir) if out_dir else None
@@ -210,6 +209,7 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
     results: list[dict] = []
     try:
         with runlock.hold(runlock.lock_paths(tracking.tracking_uri()), info, wait=wait, progress=progress) as lock:
+            c = tracking.client()  # inside the lock: a new store's schema is created once, not twice at once
             machine_state.refuse_if_busy(eff.max_busy)
             if out is None:
                 out = runlock.output_folder(eff.name)
