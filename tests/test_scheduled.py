@@ -337,7 +337,9 @@ def test_fail_on_moved_exits_3_and_progress_shows_cells_and_printed_lines(store,
     same = _cli("--only", "87", "-p", "value=1.0", "--fail-on-moved", env=env)
     out, err = same.communicate(timeout=300)
     assert same.returncode == 0, err[-2000:]
-    assert "87_moves: cell 3/4 done" in err and "87_moves| arm 2/2" in err
+    # 5 code cells: papermill injects one after the parameters cell
+    assert "87_moves: cell 1/5 done" in err and "87_moves: cell 5/5 done" in err
+    assert err.index("87_moves| arm 1/2") < err.index("87_moves| arm 2/2") < err.index("87_moves: cell 4/5 done")
     assert "arm 2/2" not in out  # stdout is the JSON only
     moved = _cli("--only", "87", "-p", "value=5.0", "--fail-on-moved", env=env)
     out, err = moved.communicate(timeout=300)
@@ -362,7 +364,7 @@ def test_reproduce_refuses_uncommitted_notebooks_unless_allow_dirty(store, tmp_p
     py = clone / "notebooks" / "02_k_sweep.py"
     py.write_text(py.read_text().replace('recipe = "default"', 'recipe = "default"\nruns = 1', 1))
     with pytest.raises(LabkitError, match=r"notebooks/02_k_sweep\.py") as e:
-        rp.reproduce(only=["02"], params=FAST)
+        rp.reproduce(only=["02"])
     assert "--allow-dirty" in e.value.fix
     subprocess.run(["git", "-C", str(clone), "checkout", "--", "notebooks/02_k_sweep.py"], check=True)
     # ... and the .ipynb gained outputs
