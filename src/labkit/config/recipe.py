@@ -67,6 +67,12 @@ class Recipe:
     # field -> where a value that is not the file's came from ("env AS_SPEC_MIN_ACCEPT",
     # "-p gate", "--gate"); provenance, not part of the hash (the values are)
     origins: dict = field(default_factory=dict)
+    # labkit reproduce's limits and guards: they decide whether a run may go on, not what it
+    # measures, so they are left out of the recipe hash (RUN_CONTROL_FIELDS)
+    cell_timeout_s: float | None = 3600.0  # a cell running longer fails its notebook; None: no limit
+    run_timeout_s: float | None = None  # the whole reproduction's limit (`--timeout` overrides); None: none
+    max_busy: float | None = None  # refuse to measure when other processes take more than this
+    # fraction of all CPUs (0..1, e.g. 0.2); None: measure anyway (a busy run is still tagged)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -78,10 +84,14 @@ class Recipe:
         """Where the effective value of field ``name`` came from."""
         return self.origins.get(name) or (f"recipe file {self.source}" if self.source else "default")
 
+    RUN_CONTROL_FIELDS = ("cell_timeout_s", "run_timeout_s", "max_busy")
+
     @property
     def hash(self) -> str:
-        """sha256 of the normalised recipe fields (not of the YAML text), 12 hex digits."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """sha256 of the normalised recipe fields (not of the YAML text; not of the
+        RUN_CONTROL_FIELDS), 12 hex digits."""
+        d = {k: v for k, v in self.to_dict().items() if k not in self.RUN_CONTROL_FIELDS}
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     SWEEP_FIELDS = (
@@ -133,6 +143,12 @@ class Recipe:
             v = getattr(self, key)
             if v is not None and (len(v) != 64 or any(c not in "0123456789abcdef" for c in v.lower())):
                 bad(f"{key} is not a sha256 hex digest", "use the 64-hex-digit value `labkit models` prints")
+        for key in ("cell_timeout_s", "run_timeout_s"):
+            if getattr(self, key) is not None and getattr(self, key) <= 0:
+                bad(f"{key} = {getattr(self, key)}", "use a number of seconds > 0, or null for no limit")
+        if self.max_busy is not None and not 0.0 < self.max_busy <= 1.0:
+            bad(f"max_busy = {self.max_busy} is outside (0, 1]",
+                "use the fraction of all CPUs other processes may take, e.g. max_busy: 0.2, or null")
         return self
 
 

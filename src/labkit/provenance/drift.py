@@ -42,4 +42,16 @@ def compare_with_previous(c, result: dict, *, rel_tol: float = REL_TOL) -> dict 
     p = prev[0]
     moved, same = compare_metrics(this.data.metrics, p.data.metrics, rel_tol=rel_tol)
     return {"previous_id": p.data.tags.get("lab.id"), "previous_run_id": p.info.run_id,
-            "moved": moved, "within_noise": len(same)}
+            "moved": moved, "within_noise": len(same), "contended": contention(this, p)}
+
+
+def contention(this, previous) -> str | None:
+    """Which of the two runs measured on a busy box (``machine.contended`` tags), in words;
+    None when neither did. A move next to a busy run may be the box, not the code."""
+    said = []
+    for label, run in (("this run", this), ("the previous run", previous)):
+        t = run.data.tags
+        if t.get("machine.contended") == "true":
+            said.append(f"{label} [{t.get('lab.id')}] measured on a busy box (other processes took "
+                        f"{float(t.get('machine.busy', 0)):.0%} of the CPUs; {t.get('machine.top_others') or '-'})")
+    return "; ".join(said) or None

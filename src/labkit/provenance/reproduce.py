@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +21,9 @@ from pathlib import Path
 from labkit.config.recipe import effective_recipe
 from labkit.errors import LabkitError
 from labkit.paths import project_root
-from labkit.provenance import fingerprint, runtags, tracking
+from labkit.provenance import committed, fingerprint, machine_state, runlock, runtags, tracking
 from labkit.provenance.drift import compare_with_previous
+from labkit.provenance.execution import Limits, register
 
 
 def notebooks_dir() -> Path:
@@ -73,17 +76,25 @@ def route_parameters(nbs: list[Path], params: dict) -> dict[Path, dict]:
     return {nb: {k: v for k, v in params.items() if k in declared[nb]} for nb in nbs}
 
 
-def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | None = None) -> dict:
-    """Execute one notebook as one MLflow run; never raises for a failing notebook."""
+def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | None = None,
+                 limits: Limits | None = None, extra_tags: dict | None = None,
+                 started: Callable | None = None) -> dict:
+    """Execute one notebook as one MLflow run; never raises for a failing notebook
+    (``limits``: per-cell and whole-run timeouts; ``started(lab_id)`` once the run exists)."""
     import papermill as pm
+    from nbclient.exceptions import CellTimeoutError
 
     recipe = effective_recipe(params)
+    limits = limits or Limits(recipe.cell_timeout_s)
     prov = fingerprint.collect(recipe=recipe)
     tags = {**runtags.flat_tags(prov), "papermill.parameters": json.dumps(params, default=str),
             "lab.mode": "papermill", "lab.notebook": nb.stem, "lab.output": str(out),
-            "recipe.effective_hash": recipe.hash, "recipe.sweep_hash": recipe.sweep_hash}
+            "recipe.effective_hash": recipe.hash, "recipe.sweep_hash": recipe.sweep_hash,
+            "lab.cell_timeout_s": str(limits.cell_s), **(extra_tags or {})}
     rid, lab = tracking.new_run(c, notebook=nb.name, recipe=recipe, tags=tags,
                                 run_name=f"{nb.stem} · {recipe.name}")
+    if started:
+        started(str(lab))
     tracking.log_json(c, rid, prov, "fingerprint.json")
     journal = out / f"{nb.stem}.cells.jsonl"
     executed = out / nb.name
@@ -97,11 +108,15 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
     if progress:
         progress(f"{nb.stem}: running as [{lab}]")
     interrupted = None
+    box = machine_state.snapshot() if machine_state.supported() else None
     try:
         pm.execute_notebook(str(nb), str(executed), parameters=params, progress_bar=False,
-                            cwd=str(nb.parent), kernel_name="python3")
+                            cwd=str(nb.parent), kernel_name="python3", engine_name=register(),
+                            limits=limits, progress=progress, name=nb.stem)
     except pm.PapermillExecutionError as e:
         status, error = "FAILED", f"cell {e.exec_count}: {e.ename}: {e.evalue}"
+    except CellTimeoutError as e:  # nbclient has shut the kernel down; what was logged stays
+        status, error = "FAILED", _timeout_reason(e, limits)
     except Exception as e:  # kernel death, missing kernel, ...: the run is still closed as FAILED
         status, error = "FAILED", f"{type(e).__name__}: {e}"
     except BaseException as e:  # Ctrl-C / SIGTERM: close the run as KILLED, keep its records, re-raise
@@ -111,6 +126,15 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     seconds = time.perf_counter() - t0
     try:
+        if box is not None:
+            state = machine_state.between(box, machine_state.snapshot())
+            for k, v in machine_state.tags(state).items():
+                c.set_tag(rid, k, v)
+            if status == "FINISHED" and recipe.max_busy is not None and state["machine.busy"] > recipe.max_busy:
+                status, error = "FAILED", (
+                    f"the machine was busy during the run: other processes took {state['machine.busy']:.0%} of "
+                    f"its CPUs (recipe max_busy = {recipe.max_busy:.0%}; busiest: "
+                    f"{state['machine.top_others'] or 'none stood out'}); its timings are not this box's own")
         if executed.exists():
             c.log_artifact(rid, str(executed), "notebook")
         if journal.exists():
@@ -131,6 +155,14 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
             "recipe": recipe.name, "recipe_hash": recipe.hash}
 
 
+def _timeout_reason(e: Exception, limits: Limits) -> str:
+    lines = str(e).split("-------------------")
+    first = lines[1].strip().splitlines()[0][:80] if len(lines) > 1 and lines[1].strip() else "?"
+    if limits.deadline_passed():
+        return f"the whole-run limit (run_timeout_s / --timeout) was reached in the cell starting {first!r}"
+    return f"a cell ran past cell_timeout_s = {limits.cell_s:g} s: the cell starting {first!r}"
+
+
 def _produced(journal: Path) -> list[dict]:
     if not journal.exists():
         return []
@@ -147,30 +179,74 @@ def _produced(journal: Path) -> list[dict]:
 SWEEP_NOTEBOOK = "02_k_sweep"
 
 
+class Terminated(BaseException):
+    """SIGTERM (systemd stop, ``timeout``, a CI cancel), raised like KeyboardInterrupt so the
+    running notebook is closed the same way: KILLED, its records uploaded, no kernel left."""
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second TERM must not cut the cleanup short
+    raise Terminated()
+
+
 def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_dir: str | None = None,
-              params: dict | None = None, progress: Callable | None = None) -> dict:
-    """Run the selected notebooks; returns the summary (also written to the output folder)."""
+              params: dict | None = None, progress: Callable | None = None, allow_dirty: bool = False,
+              timeout: float | None = None, wait: float | None = None) -> dict:
+    """Run the selected notebooks; returns the summary (also written to the output folder).
+
+    ``allow_dirty`` runs notebooks that differ from the commit (recorded); ``timeout`` is
+    the whole-run limit in seconds (else the recipe's ``run_timeout_s``); ``wait`` seconds
+    to queue behind another reproduction of this checkout or store (else refuse)."""
     base = {"recipe": recipe or "default", **(params or {})}
     eff = effective_recipe(base)
     nbs = discover(only, eff)
     routed = route_parameters(nbs, base)  # refuse bad input before anything runs or is recorded
-    c = tracking.client()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = Path(out_dir) if out_dir else project_root() / "runs" / f"{stamp}-{eff.name}"
-    out.mkdir(parents=True, exist_ok=True)
-    results = []
-    for nb in nbs:
-        res = run_notebook(c, nb, routed[nb], out, progress=progress)
-        if res["status"] == "FINISHED":
-            res["comparison"] = compare_with_previous(c, res)
-            if nb.stem == SWEEP_NOTEBOOK:  # later notebooks read exactly this sweep
-                for later in nbs[nbs.index(nb) + 1:]:
-                    if "sweep" in declared_parameters(later) and "sweep" not in base:
-                        routed[later]["sweep"] = res["id"]
-        results.append(res)
-        (out / "summary.json").write_text(json.dumps({"results": results}, indent=1, default=str))
+    git_tags = committed.check(nbs, allow_dirty=allow_dirty)
+    run_limit = timeout if timeout is not None else eff.run_timeout_s
+    deadline = time.monotonic() + run_limit if run_limit else None
+    out = Path(out_dir) if out_dir else None
+    info = {"recipe": eff.name, "output": str(out) if out else "(not yet chosen)"}
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    results: list[dict] = []
+    try:
+        with runlock.hold(runlock.lock_paths(tracking.tracking_uri()), info, wait=wait, progress=progress) as lock:
+            c = tracking.client()  # inside the lock: a new store's schema is created once, not twice at once
+            machine_state.refuse_if_busy(eff.max_busy)
+            if out is None:
+                out = runlock.output_folder(eff.name)
+            out.mkdir(parents=True, exist_ok=True)
+            lock.update(output=str(out))
+            for nb in nbs:
+                limits = Limits(effective_recipe(routed[nb]).cell_timeout_s, deadline)
+                if limits.deadline_passed():
+                    results.append({"notebook": nb.stem, "id": None, "run_id": None, "status": "SKIPPED",
+                                    "error": "the whole-run limit was reached before it started", "produced": []})
+                    continue
+                res = run_notebook(c, nb, routed[nb], out, progress=progress, limits=limits,
+                                   extra_tags=git_tags[nb], started=lambda lab_id: lock.update(lab_id=lab_id))
+                if res["status"] == "FINISHED":
+                    res["comparison"] = compare_with_previous(c, res)
+                    if nb.stem == SWEEP_NOTEBOOK:  # later notebooks read exactly this sweep
+                        for later in nbs[nbs.index(nb) + 1:]:
+                            if "sweep" in declared_parameters(later) and "sweep" not in base:
+                                routed[later]["sweep"] = res["id"]
+                results.append(res)
+                (out / "summary.json").write_text(json.dumps({"results": results}, indent=1, default=str))
+    except (KeyboardInterrupt, Terminated) as e:
+        if out is not None and out.is_dir():
+            (out / "summary.json").write_text(json.dumps(
+                {"ok": False, "interrupted": type(e).__name__, "output": str(out), "results": results},
+                indent=1, default=str))
+        e.summary = {"ok": False, "interrupted": type(e).__name__, "output": str(out) if out else None,
+                     "results": results}
+        raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     ok = all(r["status"] == "FINISHED" for r in results)
+    moved = sum(len((r.get("comparison") or {}).get("moved", [])) for r in results)
     summary = {"ok": ok, "output": str(out), "tracking_uri": tracking.tracking_uri(), "recipe": eff.name,
-               "recipe_hash": eff.hash, "results": results}
+               "recipe_hash": eff.hash, "moved": moved, "results": results}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary

@@ -56,6 +56,7 @@ def engine_tags(desc: dict) -> dict:
             "engine.n_gpu_layers": desc.get("n_gpu_layers"),
             "model.name": m.get("name"),
             "model.sha256": m.get("sha256"),
+            "model.sha256_verified": m.get("sha256_verified"),
             "model.synthetic": m.get("synthetic"),
             "residency": json.dumps(desc.get("residency")) if desc.get("residency") else None,
         }.items()

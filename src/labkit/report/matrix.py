@@ -19,6 +19,14 @@ def _cell_text(row) -> str:
     return f"{row['tok_s']:.1f} ({row['speedup']:.2f}×) @ {acc}"
 
 
+def _busy(tags: dict) -> str:
+    """How busy the box was while the sweep measured (``machine.*`` tags of the run)."""
+    if tags.get("machine.busy") is None:
+        return "not recorded"
+    text = f"{float(tags['machine.busy']):.0%} by others"
+    return text + ", CONTENDED" if tags.get("machine.contended") == "true" else text
+
+
 def results_matrix(c, *, workload: str = "all", temperature: float = 0.0) -> pd.DataFrame:
     """The §E table: one row per recipe/model/drafter; baseline tok/s and one column per k,
     each "tok/s (speedup×) @ acceptance%", from the newest k-sweep run of each recipe."""
@@ -41,7 +49,8 @@ def results_matrix(c, *, workload: str = "all", temperature: float = 0.0) -> pd.
         for d in sorted(x for x in agg["drafter"].unique() if x != "none"):
             row = {"recipe": tags.get("recipe"), "model": tags.get("model.name"),
                    "model_sha256": (tags.get("model.sha256") or "")[:12], "spill": spill, "drafter": d,
-                   "baseline tok/s": round(float(base), 1), "id": tags.get("lab.id")}
+                   "baseline tok/s": round(float(base), 1), "id": tags.get("lab.id"),
+                   "box busy": _busy(tags)}
             for r in agg[agg["drafter"] == d].to_dict("records"):
                 row[f"k={int(r['k'])}"] = _cell_text(r)
             rows.append(row)

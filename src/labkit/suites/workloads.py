@@ -40,7 +40,8 @@ def workload_path(name: str) -> Path:
 
 def _record(rec: object, *, workload: str, where: str) -> Prompt:
     if not isinstance(rec, dict):
-        raise LabkitError(f"{where}: expected a JSON object", "one object per line")
+        raise LabkitError(f"{where}: expected a JSON object",
+                          'one object per line: {"id": ..., "prompt": ..., "source": ...}')
     missing = [k for k in _REQUIRED if k not in rec]
     unknown = sorted(set(rec) - set(_REQUIRED) - set(_OPTIONAL))
     if missing or unknown:
@@ -50,9 +51,9 @@ def _record(rec: object, *, workload: str, where: str) -> Prompt:
         )
     for key in (*_REQUIRED, *_OPTIONAL):
         if key in rec and not isinstance(rec[key], str):
-            raise LabkitError(f"{where}: {key!r} must be a string")
+            raise LabkitError(f"{where}: {key!r} must be a string", f"quote the value of {key!r}")
     if not rec["prompt"].strip():
-        raise LabkitError(f"{where}: the prompt is empty")
+        raise LabkitError(f"{where}: the prompt is empty", "give the record a non-empty 'prompt'")
     return Prompt(id=rec["id"], workload=workload, text=rec["prompt"], source=rec["source"],
                   note=rec.get("note", ""))
 
@@ -70,13 +71,14 @@ def _read_jsonl(path: Path, *, workload: str, first_only: bool = False) -> list[
             raise LabkitError(f"{where}: not valid JSON ({e.msg})", "one JSON object per line") from e
         prompt = _record(rec, workload=workload, where=where)
         if prompt.id in seen:
-            raise LabkitError(f"{where}: duplicate prompt id {prompt.id!r}")
+            raise LabkitError(f"{where}: duplicate prompt id {prompt.id!r}", "give each record a distinct 'id'")
         seen.add(prompt.id)
         prompts.append(prompt)
         if first_only:
             break
     if not prompts:
-        raise LabkitError(f"{path} holds no prompts")
+        raise LabkitError(f"{path} holds no prompts",
+                          'add one JSON object per line: {"id": ..., "prompt": ..., "source": ...}')
     return prompts
 
 
@@ -84,7 +86,7 @@ def load_workload(name: str, *, limit: int | None = None) -> list[Prompt]:
     """The prompts of workload ``name`` in file order, the first ``limit`` if given."""
     path = workload_path(name)
     if limit is not None and limit < 1:
-        raise LabkitError(f"limit must be at least 1, got {limit}")
+        raise LabkitError(f"limit must be at least 1, got {limit}", "use a limit of 1 or more, or none for all")
     if not path.is_file():
         raise LabkitError(f"workload file not found: {path}", "check the checkout's data/ folder")
     return _read_jsonl(path, workload=name)[:limit]
@@ -95,11 +97,13 @@ def load_prompt_file(path: str | Path) -> Prompt:
     kept, since it changes what the model sees); a ``.jsonl`` gives its first record."""
     path = Path(path)
     if not path.is_file():
-        raise LabkitError(f"prompt file not found: {path}")
+        raise LabkitError(f"prompt file not found: {path}",
+                          "check the path given to --prompt-file (relative paths start from the current directory)")
     if path.suffix == ".txt":
         text = path.read_text(encoding="utf-8")
         if not text.strip():
-            raise LabkitError(f"{path}: the prompt file is empty")
+            raise LabkitError(f"{path}: the prompt file is empty",
+                              "write the prompt into it (the whole file, verbatim, is the prompt)")
         return Prompt(id=path.stem, workload="file", text=text, source=str(path))
     if path.suffix == ".jsonl":
         return _read_jsonl(path, workload="file", first_only=True)[0]
