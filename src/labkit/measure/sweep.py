@@ -69,7 +69,7 @@ def k_sweep(
     arm_set = [("none", 0)] + [(d, k) for d in drafters for k in spec_ks]
 
     def arm_key(p, temp, r, name, k):
-        return arms.key(*([key_prefix] if key_prefix else []), p.id, temp, f"r{r}", name, f"k{k}")
+        return arms.key(*([key_prefix] if key_prefix else []), p.id, f"T{temp:g}", f"r{r}", name, f"k{k}")
 
     schedule = []  # (prompt, temperature, round, round index, the round's arms in order)
     done = 0

@@ -103,7 +103,7 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
               + [(temperature, n, r) for n in drafters for r in range(runs)])
 
     def block_key(temp, name, r):
-        return arms.key(taskset, temp, "on" if name else "off", name or "none", f"r{r}", f"k{k if name else 0}")
+        return arms.key(taskset, f"T{temp:g}", "on" if name else "off", name or "none", f"r{r}", f"k{k if name else 0}")
 
     arms.plan(on_arm, [block_key(*b) for b in blocks])
 
