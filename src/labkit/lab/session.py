@@ -58,7 +58,6 @@ class Lab:
             tracking.log_json(self.client, self.run_id, prov, "fingerprint.json")
         else:
             self.run_id, self.id = run_id, ids.LabId(lab_run)
-            self.client.set_tag(self.run_id, "lab.kernel_pid", str(os.getpid()))  # see provenance.resume
         journal = os.environ.get("LABKIT_JOURNAL")
         self.journal = Path(journal) if journal else project_root() / "lab" / "journal" / f"{self.id.run}.jsonl"
         self.journal.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +69,8 @@ class Lab:
         self._book: arm_journal.ArmBook | None = None  # the arms of long measurements (see arms())
         self._engine_tags: dict = {}
         self._log_params()
+        if not self.owns_run:  # whether a RUNNING run's writer is gone (see provenance.resume)
+            self._mlflow(lambda: self.client.set_tag(self.run_id, "lab.kernel_pid", str(os.getpid())))
 
     # -- what notebooks call -----------------------------------------------------------
     def cite(self, part: str | None = None) -> str:

@@ -42,7 +42,8 @@ def power_runs(engine, prompts, *, drafter, k: int, runs: int = 3, max_tokens: i
     """k = 0 and k = ``k`` on the same prompts, interleaved, ``runs`` warm runs each after a warm-up.
 
     One arm is one (prompt, run, k) window, keyed ``prompt~round~drafter~k``; ``on_arm``
-    and ``skip`` journal and resume them (see ``measure.arms``)."""
+    and ``skip`` journal and resume them (see ``measure.arms``); a resumed call warms up
+    with one unmeasured window first."""
     name = getattr(drafter, "name", "drafter")
     schedule = [(p, r, kk) for p in prompts for r in range(runs + 1)
                 for kk in order.arm_order((0, k), r, policy=interleave, seed=seed)]
@@ -51,13 +52,17 @@ def power_runs(engine, prompts, *, drafter, k: int, runs: int = 3, max_tokens: i
         return arms.key(p.id, f"r{r}", name if kk else "none", f"k{kk}")
 
     arms.plan(on_arm, [arm_key(p, r, kk) for p, r, kk in schedule])
-    rows, ids_of = [], {}
+    rows, ids_of, restored_any, warmed = [], {}, False, False
     for i, (p, r, kk) in enumerate(schedule):
         got = arms.restored(skip, arm_key(p, r, kk))
         if got is not None:
             rows.append(got[0])
+            restored_any = True
         else:
             ids = ids_of.setdefault(p.id, engine.tokenize(p.text))
+            if restored_any and not warmed:  # resuming: one unmeasured window warms the engine again
+                decode_window(engine, ids, max_tokens=max_tokens, seed=seed, **measure_kw)
+                warmed = True
             res = decode_window(engine, ids, drafter=drafter if kk else None, k=kk, max_tokens=max_tokens,
                                 seed=seed, **measure_kw)
             recs = res.pop("_records")

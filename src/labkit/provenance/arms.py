@@ -112,15 +112,16 @@ class ArmBook:
         origins = {}
         for row in k.rows.values():
             origins[row.get("origin")] = origins.get(row.get("origin"), 0) + 1
-        self._tags(kind, extra={"arms.inherited": str(sum(x.inherited for x in self.kinds.values())),
-                                f"arms.{kind}.origins": json.dumps(origins)})
+        extra = {"arms.inherited": str(sum(x.inherited for x in self.kinds.values())),
+                 f"arms.{kind}.origins": json.dumps(origins)}
+        self._mlflow(lambda: self._tags(kind, extra=extra))
         self._say(f"arms {kind}: {len(entries)} inherited from LAB:{source}")
         return skip
 
     # -- recording ----------------------------------------------------------------------
     def record(self, kind: str, key: str, row: dict, records) -> dict:
         k = self.kind(kind)
-        if k.t_first is None:
+        if k.t_first is None:  # an on_arm never told the plan
             k.t_first = time.perf_counter()
         self.seq += 1
         k.measured += 1
@@ -171,6 +172,8 @@ class ArmBook:
 
     def plan(self, kind: str, keys: list[str]) -> None:
         k = self.kind(kind)
+        if k.t_first is None:
+            k.t_first = time.perf_counter()  # the ETA counts from here
         k.planned += [x for x in keys if x not in set(k.planned)]
         self._mlflow(lambda: self._tags(kind))
 

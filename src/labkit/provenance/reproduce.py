@@ -216,6 +216,9 @@ def _resume_sources(c, nbs: list[Path], routed: dict, source, auto: bool, progre
         if nb.stem in out:
             run = out[nb.stem]
             resume_mod.check(run, resume_mod.identity(effective_recipe(routed[nb]), commit=commit))
+            if run.info.status == "RUNNING":  # its writer is gone (resume.interrupted): close it
+                c.set_tag(run.info.run_id, "lab.error", "its process was gone; resumed by a new run")
+                c.set_terminated(run.info.run_id, "KILLED")
             if progress:
                 progress(f"{nb.stem}: resuming [{run.data.tags.get('lab.id')}] ({run.info.status}, "
                          f"{resume_mod.arms_done(run)} arms kept)" + ("" if run is source else
