@@ -48,7 +48,8 @@ engine = lab.engine()
 arms = {d: runtime.make_drafter(d, R, engine) for d in R.drafters}
 prompts = [p for w in R.workloads for p in load_workload(w, limit=R.prompts_per_workload)]
 rows = sweep.k_sweep(engine, prompts, drafters=arms, ks=R.k, runs=R.runs, max_tokens=R.max_tokens,
-                     temperatures=tuple(R.temperatures), seed=R.seed, interleave=R.interleave, progress=print)
+                     temperatures=tuple(R.temperatures), seed=R.seed, interleave=R.interleave, progress=print,
+                     **lab.arms("sweep"))
 lab.table("sweep-runs", rows, display=False)
 
 # %%
@@ -71,7 +72,8 @@ lab.table("global-default", default_k)
 
 # %%
 gated = sweep.gated_sweep(engine, prompts, drafters=arms, default_k=default_k, make_gate=lambda: runtime.make_gate(R),
-                          runs=R.runs, max_tokens=R.max_tokens, seed=R.seed, interleave=R.interleave, progress=print)
+                          runs=R.runs, max_tokens=R.max_tokens, seed=R.seed, interleave=R.interleave, progress=print,
+                          **lab.arms("gated"))
 if gated is not None:
     lab.table("gate-on-vs-off", sweep_tables.gate_comparison(cells, sweep_tables.cell_table(gated)))
 

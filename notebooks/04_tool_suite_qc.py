@@ -45,7 +45,7 @@ engine = lab.engine()
 arms = {d: runtime.make_drafter(d, R, engine) for d in R.drafters}
 tasks = toolsuite.load_tasks()[: R.toolsuite_tasks]
 res = qc.control(engine, tasks, drafters=arms, k=R.toolsuite_k, runs=R.toolsuite_runs,
-                 temperature=R.toolsuite_temperature, seed=R.seed, progress=print)
+                 temperature=R.toolsuite_temperature, seed=R.seed, progress=print, **lab.arms("toolsuite"))
 lab.table("toolsuite-scores", res["scores"])
 lab.table("greedy-divergences", res["divergences"])
 

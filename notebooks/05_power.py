@@ -54,7 +54,7 @@ engine = lab.engine()
 drafter = runtime.make_drafter(best["drafter"], R, engine)
 prompts = load_workload(R.power_workload, limit=R.prompts_per_workload)
 rows = energy.power_runs(engine, prompts, drafter=drafter, k=best["k"], runs=R.runs, max_tokens=R.max_tokens,
-                         seed=R.seed, interleave=R.interleave, progress=print)
+                         seed=R.seed, interleave=R.interleave, progress=print, **lab.arms("power"))
 lab.table("power-runs", rows)
 
 # %%

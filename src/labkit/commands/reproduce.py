@@ -9,6 +9,12 @@ reproduction at a time per checkout and store, each cell within the recipe's
 cell_timeout_s. Exit status: 0 ok, 1 a notebook failed or timed out, 2 bad input or
 refused, 3 (with --fail-on-moved) a metric moved beyond its noise, 130 Ctrl-C,
 143 SIGTERM (the running notebook is marked KILLED, what it logged kept).
+
+Long measurements keep every arm as it finishes. When the newest run of a notebook with
+the same recipe and commit was interrupted (KILLED, FAILED, or RUNNING with its process
+gone), it is resumed: only the arms it did not finish are measured. --resume LAB:ID
+names the run to continue; --no-resume starts afresh. A resume is refused, naming the
+difference, when the recipe's sweep fields, the commit, the model or the engine differ.
 """
 
 from __future__ import annotations
@@ -38,6 +44,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help="queue behind a reproduction already running here for up to SECONDS (default: refuse)")
     p.add_argument("--fail-on-moved", action="store_true",
                    help="exit 3 when a metric moved beyond its noise vs the previous run")
+    p.add_argument("--resume", default=None, metavar="LAB:ID",
+                   help="continue an interrupted (KILLED/FAILED) run: its notebook and parameters, "
+                        "measuring only the arms it did not finish")
+    p.add_argument("--no-resume", action="store_true",
+                   help="start afresh even when the newest run of the same notebook, recipe and commit "
+                        "was interrupted (by default it is resumed)")
     return p
 
 
@@ -66,9 +78,12 @@ def parse_params(items: list[str]) -> dict:
 
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
+    if args.resume and args.no_resume:
+        raise LabkitError("--resume and --no-resume contradict each other", "pass one of them")
     try:
         summary = reproduce(recipe=args.recipe, only=args.only, out_dir=args.out, params=parse_params(args.param),
-                            progress=progress, allow_dirty=args.allow_dirty, timeout=args.timeout, wait=args.wait)
+                            progress=progress, allow_dirty=args.allow_dirty, timeout=args.timeout, wait=args.wait,
+                            resume=args.resume, auto_resume=not args.no_resume)
     except Terminated as e:
         progress("labkit reproduce: terminated (SIGTERM): the running notebook was marked KILLED, its kernel "
                  "shut down, what it logged kept" + (f"; output in {e.summary['output']}" if e.summary["output"]
@@ -77,6 +92,11 @@ def main(argv=None) -> int:
         return 143
     for r in summary["results"]:
         progress(f"{r['status']:8s} [{r['id']}] {r['notebook']}")
+        arms = r.get("arms") or {}
+        if arms.get("planned"):
+            progress(f"           arms {arms.get('done')}/{arms['planned']}"
+                     + (f", {arms['inherited']} from [{r['resumed_from']}]" if arms.get("inherited") else "")
+                     + (f"; drift across the resume: {arms['drift']}" if arms.get("drift") else ""))
         for p in r["produced"]:
             if p["type"] != "cell":
                 progress(f"           [{p['id']}] {p['type']}")

@@ -25,7 +25,8 @@ from labkit.config.recipe import Recipe, effective_recipe
 from labkit.errors import LabkitError
 from labkit.lab.ipython import _assigned_names, _display, _display_md, _ipython, _jsonable
 from labkit.paths import project_root
-from labkit.provenance import fingerprint, frames, ids, runtags, tracking
+from labkit.provenance import arms as arm_journal
+from labkit.provenance import fingerprint, frames, ids, resume, runtags, tracking
 from labkit.report import figures
 
 _SESSION: Lab | None = None
@@ -52,7 +53,7 @@ class Lab:
         if self.owns_run:
             prov = fingerprint.collect(recipe=recipe)
             tags = {**runtags.flat_tags(prov), "papermill.parameters": json.dumps(params, default=str),
-                    "lab.mode": "interactive", "lab.notebook": notebook}
+                    "lab.mode": "interactive", "lab.notebook": notebook, "lab.pid": os.getpid()}
             self.run_id, self.id = tracking.new_run(self.client, notebook=notebook, recipe=recipe, tags=tags)
             tracking.log_json(self.client, self.run_id, prov, "fingerprint.json")
         else:
@@ -65,7 +66,11 @@ class Lab:
         self._produced: dict = {}
         self._names: set[str] = set()
         self._mlflow_error: str | None = None
+        self._book: arm_journal.ArmBook | None = None  # the arms of long measurements (see arms())
+        self._engine_tags: dict = {}
         self._log_params()
+        if not self.owns_run:  # whether a RUNNING run's writer is gone (see provenance.resume)
+            self._mlflow(lambda: self.client.set_tag(self.run_id, "lab.kernel_pid", str(os.getpid())))
 
     # -- what notebooks call -----------------------------------------------------------
     def cite(self, part: str | None = None) -> str:
@@ -78,6 +83,8 @@ class Lab:
         e = open_engine(self.recipe, draft=draft, load_mtp=load_mtp)
         desc = e.describe()
         prefix = "draft." if draft else ""
+        if not draft:
+            self._engine_tags = runtags.engine_tags(desc)
         self._mlflow(lambda: [self.client.set_tag(self.run_id, prefix + k, str(v)[:5000])
                               for k, v in runtags.engine_tags(desc).items()])
         self._mlflow(lambda: tracking.log_json(self.client, self.run_id, desc, f"{prefix}engine.json"))
@@ -145,6 +152,43 @@ class Lab:
         plt.close(fig)
         return lab_id
 
+    def arms(self, kind: str) -> dict:
+        """``on_arm`` and ``skip`` for a long measurement, to pass through:
+        ``sweep.k_sweep(..., **lab.arms("sweep"))``. Each arm it finishes is journaled
+        (locally, then to MLflow) as it finishes; when this run resumes an interrupted one
+        (``labkit reproduce --resume``), the arms that run kept are inherited and skipped,
+        after checking that the recipe, commit, model and engine build are the same."""
+        if self._book is None:
+            self._book = arm_journal.ArmBook(client=self.client, run_id=self.run_id, run_key=self.id.run,
+                                             journal=self._journal, mlflow=self._mlflow)
+        skip = {}
+        source = os.environ.get("LABKIT_RESUME_FROM")
+        if source:
+            prev = self.client.get_run(source)
+            resume.check(prev, resume.identity(self.recipe, commit=fingerprint.git_info()["commit"],
+                                               engine_tags=self._engine_tags))
+            entries = arm_journal.read_arms(self.client, prev, kind)
+            skip = self._book.inherit(kind, entries, source=prev.data.tags.get("lab.run", source))
+        return {"on_arm": self._book.on_arm(kind), "skip": skip}
+
+    def _arms_drift(self) -> None:
+        """After a cell: for each kind of arm completed across a resume, the drift table."""
+        import pandas as pd
+
+        for kind in self._book.drift_due() if self._book is not None else []:
+            seams = arm_journal.drift_table(self._book.rows_in_order(kind))
+            self._book.kind(kind).drift = seams
+            if not seams:
+                continue
+            self.table(f"arms-drift-{kind}", pd.DataFrame(seams), display=False)
+            moved = [s for s in seams if s["moved"]]
+            verdict = ("moved: " + ", ".join(f"x{s['ratio']:.2f} (band ±{s['band']:.0%})" for s in moved)
+                       if moved else "within noise")
+            self._mlflow(lambda v=verdict, t=f"arms.drift.{kind}": self.client.set_tag(self.run_id, t, v))
+            if moved or not any(s["moved"] for k in self._book.kinds.values() for s in k.drift):
+                self._mlflow(lambda v=verdict: self.client.set_tag(self.run_id, "arms.drift", v))
+            print(f"labkit.lab: arms {kind} across the resume: plain tok/s {verdict}", file=sys.stderr)
+
     # -- cell hooks ----------------------------------------------------------------------
     def _pre(self, info=None) -> None:
         self._t0 = time.perf_counter()
@@ -155,6 +199,7 @@ class Lab:
         err = result.error_in_exec or result.error_before_exec
         status = "ok" if err is None else "error"
         duration = time.perf_counter() - self._t0 if self._t0 is not None else None
+        self._arms_drift()
         self._log_cell(source, status=status, duration=duration,
                        error=None if err is None else f"{type(err).__name__}: {err}")
         self._t0 = None
@@ -197,6 +242,9 @@ class Lab:
                     self.client.log_param(self.run_id, f"recipe.{k}", json.dumps(v, default=str)[:6000])
             self.client.set_tag(self.run_id, "recipe.effective_hash", self.recipe.hash)
             self.client.set_tag(self.run_id, "recipe.sweep_hash", self.recipe.sweep_hash)
+            self.client.set_tag(self.run_id, "recipe.sweep", resume.identity(self.recipe, commit=None)["recipe.sweep"])
+            if self.owns_run:
+                self.client.set_tag(self.run_id, "lab.journal", str(self.journal))
 
         self._mlflow(log)
 

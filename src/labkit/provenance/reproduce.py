@@ -21,7 +21,9 @@ from pathlib import Path
 from labkit.config.recipe import effective_recipe
 from labkit.errors import LabkitError
 from labkit.paths import project_root
+from labkit.provenance import arms as arm_journal
 from labkit.provenance import committed, fingerprint, machine_state, runlock, runtags, tracking
+from labkit.provenance import resume as resume_mod
 from labkit.provenance.drift import compare_with_previous
 from labkit.provenance.execution import Limits, register
 
@@ -78,29 +80,34 @@ def route_parameters(nbs: list[Path], params: dict) -> dict[Path, dict]:
 
 def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | None = None,
                  limits: Limits | None = None, extra_tags: dict | None = None,
-                 started: Callable | None = None) -> dict:
+                 started: Callable | None = None, resume_from=None) -> dict:
     """Execute one notebook as one MLflow run; never raises for a failing notebook
-    (``limits``: per-cell and whole-run timeouts; ``started(lab_id)`` once the run exists)."""
+    (``limits``: per-cell and whole-run timeouts; ``started(lab_id)`` once the run exists;
+    ``resume_from``: an interrupted MLflow run of this notebook that hands its arms on)."""
     import papermill as pm
     from nbclient.exceptions import CellTimeoutError
 
     recipe = effective_recipe(params)
     limits = limits or Limits(recipe.cell_timeout_s)
     prov = fingerprint.collect(recipe=recipe)
+    journal = out / f"{nb.stem}.cells.jsonl"
     tags = {**runtags.flat_tags(prov), "papermill.parameters": json.dumps(params, default=str),
             "lab.mode": "papermill", "lab.notebook": nb.stem, "lab.output": str(out),
             "recipe.effective_hash": recipe.hash, "recipe.sweep_hash": recipe.sweep_hash,
-            "lab.cell_timeout_s": str(limits.cell_s), **(extra_tags or {})}
+            "lab.cell_timeout_s": str(limits.cell_s), "lab.pid": os.getpid(), "lab.journal": str(journal),
+            **(extra_tags or {})}
+    if resume_from is not None:
+        tags.update({"resume.from": resume_from.data.tags.get("lab.id"), "resume.from_run_id": resume_from.info.run_id})
     rid, lab = tracking.new_run(c, notebook=nb.name, recipe=recipe, tags=tags,
                                 run_name=f"{nb.stem} · {recipe.name}")
     if started:
         started(str(lab))
     tracking.log_json(c, rid, prov, "fingerprint.json")
-    journal = out / f"{nb.stem}.cells.jsonl"
     executed = out / nb.name
     env = {"LABKIT_RUN_ID": rid, "LABKIT_LAB_RUN": lab.run, "LABKIT_JOURNAL": str(journal),
            "LABKIT_NOTEBOOK": nb.stem, "MLFLOW_TRACKING_URI": tracking.tracking_uri(),
-           "LABKIT_ROOT": str(project_root())}
+           "LABKIT_ROOT": str(project_root()),
+           "LABKIT_RESUME_FROM": resume_from.info.run_id if resume_from is not None else ""}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     status, error = "FINISHED", None
@@ -110,9 +117,10 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
     interrupted = None
     box = machine_state.snapshot() if machine_state.supported() else None
     try:
-        pm.execute_notebook(str(nb), str(executed), parameters=params, progress_bar=False,
-                            cwd=str(nb.parent), kernel_name="python3", engine_name=register(),
-                            limits=limits, progress=progress, name=nb.stem)
+        with arm_journal.JournalWatcher(journal, progress or (lambda _m: None), label=f"{nb.stem}: "):
+            pm.execute_notebook(str(nb), str(executed), parameters=params, progress_bar=False,
+                                cwd=str(nb.parent), kernel_name="python3", engine_name=register(),
+                                limits=limits, progress=progress, name=nb.stem)
     except pm.PapermillExecutionError as e:
         status, error = "FAILED", f"cell {e.exec_count}: {e.ename}: {e.evalue}"
     except CellTimeoutError as e:  # nbclient has shut the kernel down; what was logged stays
@@ -150,9 +158,12 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
     produced = _produced(journal)
     if progress:
         progress(f"{nb.stem}: {status} in {seconds:.0f} s" + (f" ({error})" if error else ""))
+    done = c.get_run(rid).data.tags
+    arms = {k[len("arms."):]: v for k, v in done.items() if k.startswith("arms.")}
     return {"notebook": nb.stem, "id": str(lab), "run_id": rid, "status": status, "error": error,
             "seconds": round(seconds, 1), "executed": str(executed), "produced": produced,
-            "recipe": recipe.name, "recipe_hash": recipe.hash}
+            "recipe": recipe.name, "recipe_hash": recipe.hash, "arms": arms,
+            "resumed_from": done.get("resume.from")}
 
 
 def _timeout_reason(e: Exception, limits: Limits) -> str:
@@ -191,12 +202,24 @@ def _on_sigterm(signum, frame):
 
 def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_dir: str | None = None,
               params: dict | None = None, progress: Callable | None = None, allow_dirty: bool = False,
-              timeout: float | None = None, wait: float | None = None) -> dict:
+              timeout: float | None = None, wait: float | None = None, resume: str | None = None,
+              auto_resume: bool = True) -> dict:
     """Run the selected notebooks; returns the summary (also written to the output folder).
 
     ``allow_dirty`` runs notebooks that differ from the commit (recorded); ``timeout`` is
     the whole-run limit in seconds (else the recipe's ``run_timeout_s``); ``wait`` seconds
-    to queue behind another reproduction of this checkout or store (else refuse)."""
+    to queue behind another reproduction of this checkout or store (else refuse).
+    ``resume`` (a LAB ID of an interrupted run) continues it: its notebook (unless ``only``
+    says otherwise), its parameters (``recipe``/``params`` override them), its arms kept.
+    ``auto_resume`` continues, for each notebook, the newest run of the same notebook,
+    effective recipe and commit when it was interrupted (see ``provenance.resume``)."""
+    c = tracking.client() if resume else None
+    source = resume_mod.source_for(c, resume) if resume else None
+    if source is not None:
+        prev = json.loads(source.data.tags.get("papermill.parameters", "{}"))
+        params = {**prev, **({"recipe": recipe} if recipe else {}), **(params or {})}
+        recipe = params.pop("recipe", None)
+        only = only or [source.data.tags["lab.notebook"]]
     base = {"recipe": recipe or "default", **(params or {})}
     eff = effective_recipe(base)
     nbs = discover(only, eff)
@@ -213,6 +236,7 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
         with runlock.hold(runlock.lock_paths(tracking.tracking_uri()), info, wait=wait, progress=progress) as lock:
             c = tracking.client()  # inside the lock: a new store's schema is created once, not twice at once
             machine_state.refuse_if_busy(eff.max_busy)
+            sources = _resume_sources(c, nbs, routed, source, auto_resume, progress)
             if out is None:
                 out = runlock.output_folder(eff.name)
             out.mkdir(parents=True, exist_ok=True)
@@ -224,7 +248,8 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
                                     "error": "the whole-run limit was reached before it started", "produced": []})
                     continue
                 res = run_notebook(c, nb, routed[nb], out, progress=progress, limits=limits,
-                                   extra_tags=git_tags[nb], started=lambda lab_id: lock.update(lab_id=lab_id))
+                                   extra_tags=git_tags[nb], started=lambda lab_id: lock.update(lab_id=lab_id),
+                                   resume_from=sources.get(nb.stem))
                 if res["status"] == "FINISHED":
                     res["comparison"] = compare_with_previous(c, res)
                     if nb.stem == SWEEP_NOTEBOOK:  # later notebooks read exactly this sweep
@@ -250,3 +275,33 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
                "recipe_hash": eff.hash, "moved": moved, "results": results}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
+
+
+def _resume_sources(c, nbs: list[Path], routed: dict, source, auto: bool, progress) -> dict:
+    """notebook stem -> the interrupted run it continues, each checked before anything runs."""
+    commit = fingerprint.git_info()["commit"]
+    out = {}
+    if source is not None:
+        stem = source.data.tags.get("lab.notebook")
+        if stem not in {nb.stem for nb in nbs}:
+            raise LabkitError(f"--resume names a run of {stem}, which is not among the notebooks to run",
+                              f"drop --only, or add --only {stem}")
+        out[stem] = source
+    for nb in nbs:
+        if nb.stem not in out and auto:
+            found = resume_mod.newest_interrupted(c, nb.stem, recipe_hash=effective_recipe(routed[nb]).hash,
+                                                  commit=commit)
+            if found is not None:
+                out[nb.stem] = found
+    for nb in nbs:
+        if nb.stem in out:
+            run = out[nb.stem]
+            resume_mod.check(run, resume_mod.identity(effective_recipe(routed[nb]), commit=commit))
+            if run.info.status == "RUNNING":  # its writer is gone (resume.interrupted): close it
+                c.set_tag(run.info.run_id, "lab.error", "its process was gone; resumed by a new run")
+                c.set_terminated(run.info.run_id, "KILLED")
+            if progress:
+                progress(f"{nb.stem}: resuming [{run.data.tags.get('lab.id')}] ({run.info.status}, "
+                         f"{resume_mod.arms_done(run)} arms kept)" + ("" if run is source else
+                                                               " by default; --no-resume starts afresh"))
+    return out

@@ -10,6 +10,7 @@ points.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 import numpy as np
@@ -18,6 +19,7 @@ import pandas as pd
 from labkit.analysis.lossless import divergence_report
 from labkit.analysis.stats import summarize
 from labkit.decoding.loop import run, tokens_of
+from labkit.measure import arms
 from labkit.suites import toolsuite
 
 
@@ -88,38 +90,68 @@ def verdict(off_scores: list[float], on_scores: list[float]) -> dict:
 
 
 def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature: float = 0.7, seed: int = 0,
-            progress: Callable | None = None) -> dict:
-    """Speculation off vs on for each drafter: greedy once each (deterministic), sampled ``runs`` times."""
+            progress: Callable | None = None, on_arm: Callable | None = None, skip: dict | None = None) -> dict:
+    """Speculation off vs on for each drafter: greedy once each (deterministic), sampled ``runs`` times.
+
+    One arm is one block (the whole task set, one spec setting, drafter, temperature and
+    run), keyed ``taskset~T~off|on~drafter~round~k``; ``on_arm`` and ``skip`` journal and
+    resume blocks (see ``measure.arms``), each with its per-task rows and step records.
+    """
     say = progress or (lambda _m: None)
-    say("tool suite: greedy, speculation off")
-    off = run_suite(engine, tasks, seed=seed)
+    taskset = "ts" + hashlib.sha256(",".join(t.id for t in tasks).encode()).hexdigest()[:8]
+    blocks = ([(0.0, None, 0)] + [(0.0, n, 0) for n in drafters] + [(temperature, None, r) for r in range(runs)]
+              + [(temperature, n, r) for n in drafters for r in range(runs)])
+
+    def block_key(temp, name, r):
+        return arms.key(taskset, f"T{temp:g}", "on" if name else "off", name or "none", f"r{r}", f"k{k if name else 0}")
+
+    arms.plan(on_arm, [block_key(*b) for b in blocks])
+
+    def block(temp, name, r):
+        """The suite run of one block and its scores-table row (measured, or restored)."""
+        bkey = block_key(temp, name, r)
+        got = arms.restored(skip, bkey)
+        if got is not None:
+            row, recs = got
+            res = {"summary": row.pop("_summary"), "rows": pd.DataFrame(row.pop("_tasks")), "records": recs,
+                   "prompts": {t.id: engine.tokenize(toolsuite.build_prompt(t)) for t in tasks}}
+            return res, row
+        spec = f"speculation on ({name}, k={k})" if name else "speculation off"
+        say(f"tool suite: greedy, {spec}" if temp == 0 else f"tool suite: T={temp}, {spec}, run {r + 1}/{runs}")
+        res = run_suite(engine, tasks, drafter=drafters[name] if name else None, k=k if name else 0,
+                        temperature=temp, seed=seed if temp == 0 else seed + 1000 * (r + 1))
+        row = {"spec": "on" if name else "off", "drafter": name or "none", "temperature": temp, "run": r,
+               "score": res["summary"]["score"]}
+        if name and temp == 0:
+            acc = res["rows"]["acceptance"]
+            row["acceptance"] = float(acc.dropna().median()) if acc.notna().any() else None
+        row.update(_cats(res))
+        row["decode_tok_s"] = float(res["rows"]["decode_tok_s"].median())
+        arm_row = {**row, "_tasks": res["rows"].to_dict("records"), "_summary": res["summary"]}
+        arms.finished(on_arm, bkey, arm_row, res["records"])
+        row.update({c: v for c, v in arm_row.items() if c not in row and not c.startswith("_")})
+        return res, row
+
     table, divs, verdicts = [], [], {}
-    table.append({"spec": "off", "drafter": "none", "temperature": 0.0, "run": 0,
-                  "score": off["summary"]["score"], **_cats(off)})
-    for name, d in drafters.items():
-        say(f"tool suite: greedy, speculation on ({name}, k={k})")
-        on = run_suite(engine, tasks, drafter=d, k=k, seed=seed)
-        table.append({"spec": "on", "drafter": name, "temperature": 0.0, "run": 0,
-                      "score": on["summary"]["score"], "acceptance": float(on["rows"]["acceptance"].dropna().median())
-                      if on["rows"]["acceptance"].notna().any() else None, **_cats(on)})
+    off, row = block(0.0, None, 0)
+    table.append(row)
+    for name in drafters:
+        on, row = block(0.0, name, 0)
+        table.append(row)
         dv = greedy_divergences(engine, off, on)
         dv.insert(0, "drafter", name)
         divs.append(dv)
     sampled_off = []
     for r in range(runs):
-        say(f"tool suite: T={temperature}, speculation off, run {r + 1}/{runs}")
-        res = run_suite(engine, tasks, temperature=temperature, seed=seed + 1000 * (r + 1))
+        res, row = block(temperature, None, r)
         sampled_off.append(res["summary"]["score"])
-        table.append({"spec": "off", "drafter": "none", "temperature": temperature, "run": r,
-                      "score": res["summary"]["score"], **_cats(res)})
-    for name, d in drafters.items():
+        table.append(row)
+    for name in drafters:
         on_scores = []
         for r in range(runs):
-            say(f"tool suite: T={temperature}, speculation on ({name}), run {r + 1}/{runs}")
-            res = run_suite(engine, tasks, drafter=d, k=k, temperature=temperature, seed=seed + 1000 * (r + 1))
+            res, row = block(temperature, name, r)
             on_scores.append(res["summary"]["score"])
-            table.append({"spec": "on", "drafter": name, "temperature": temperature, "run": r,
-                          "score": res["summary"]["score"], **_cats(res)})
+            table.append(row)
         verdicts[name] = verdict(sampled_off, on_scores)
     return {"scores": pd.DataFrame(table), "divergences": pd.concat(divs, ignore_index=True) if divs else
             pd.DataFrame(), "verdicts": verdicts, "greedy_off": off["summary"], "k": k,
