@@ -19,9 +19,8 @@ from pathlib import Path
 from labkit.config.recipe import effective_recipe
 from labkit.errors import LabkitError
 from labkit.paths import project_root
-from labkit.provenance import fingerprint, runtags, tracking
+from labkit.provenance import fingerprint, run_page, runtags, tracking
 from labkit.provenance.drift import compare_with_previous
-
 
 
 def notebooks_dir() -> Path:
@@ -74,7 +73,8 @@ def route_parameters(nbs: list[Path], params: dict) -> dict[Path, dict]:
     return {nb: {k: v for k, v in params.items() if k in declared[nb]} for nb in nbs}
 
 
-def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | None = None) -> dict:
+def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | None = None,
+                 parent: str | None = None) -> dict:
     """Execute one notebook as one MLflow run; never raises for a failing notebook."""
     import papermill as pm
 
@@ -84,8 +84,9 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
             "lab.mode": "papermill", "lab.notebook": nb.stem, "lab.output": str(out),
             "recipe.effective_hash": recipe.hash, "recipe.sweep_hash": recipe.sweep_hash}
     rid, lab = tracking.new_run(c, notebook=nb.name, recipe=recipe, tags=tags,
-                                run_name=f"{nb.stem} · {recipe.name}")
+                                run_name=f"{nb.stem} · {recipe.name}", parent=parent)
     tracking.log_json(c, rid, prov, "fingerprint.json")
+    monitor = run_page.start_system_metrics(rid)
     journal = out / f"{nb.stem}.cells.jsonl"
     executed = out / nb.name
     env = {"LABKIT_RUN_ID": rid, "LABKIT_LAB_RUN": lab.run, "LABKIT_JOURNAL": str(journal),
@@ -114,13 +115,18 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
     try:
         if executed.exists():
             c.log_artifact(rid, str(executed), "notebook")
+            run_page.log_notebook_html(c, rid, executed)
         if journal.exists():
             c.log_artifact(rid, str(journal), "notebook")
         c.set_tag(rid, "lab.status", status)
         if error:
             c.set_tag(rid, "lab.error", error[:5000])
-        c.log_metric(rid, "lab.seconds", seconds)
+        c.log_metric(rid, "lab/seconds", seconds)
+        run_page.stop_system_metrics(monitor)
+        run_page.write_note(c, rid, lab_id=str(lab), notebook=nb.stem, recipe=recipe, produced=_produced(journal),
+                            status=status + (f": {error}" if error else ""))
     finally:
+        run_page.stop_system_metrics(monitor)
         c.set_terminated(rid, status)
     if interrupted is not None:
         raise interrupted
@@ -157,12 +163,15 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
     out = Path(out_dir) if out_dir else project_root() / "runs" / f"{stamp}-{eff.name}"
     out.mkdir(parents=True, exist_ok=True)
     results = []
+    parent = tracking.new_parent_run(c, recipe=eff, notebooks=[nb.stem for nb in nbs], output=str(out),
+                                     tags=runtags.flat_tags(fingerprint.collect(recipe=eff)))
     for nb in nbs:
-        res = run_notebook(c, nb, routed[nb], out, progress=progress)
+        res = run_notebook(c, nb, routed[nb], out, progress=progress, parent=parent)
         if res["status"] == "FINISHED":
             res["comparison"] = compare_with_previous(c, res)
         results.append(res)
         (out / "summary.json").write_text(json.dumps({"results": results}, indent=1, default=str))
+    tracking.finish_parent(c, parent, results)
     ok = all(r["status"] == "FINISHED" for r in results)
     summary = {"ok": ok, "output": str(out), "tracking_uri": tracking.tracking_uri(), "recipe": eff.name,
                "recipe_hash": eff.hash, "results": results}
