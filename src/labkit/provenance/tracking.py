@@ -84,6 +84,17 @@ def experiment_id(c, name: str) -> str:
 
 
 
+def mark_experiment_kinds(c) -> int:
+    """Tag every experiment of a store made before the kind tag (so the UI opens on runs);
+    returns how many were tagged."""
+    n = 0
+    for exp in c.search_experiments():
+        if exp.tags.get(EXPERIMENT_KIND_TAG) is None:
+            c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+            n += 1
+    return n
+
+
 def new_run(c, *, notebook: str, recipe, tags: dict | None = None, run_name: str | None = None,
             parent: str | None = None, source: str | None = None):
     """Create the MLflow run for one notebook execution and give it its LAB ID.
