@@ -108,7 +108,11 @@ def _row(driver, key: str) -> str:
 
 
 def test_experiment_opens_on_its_runs_named_by_lab_id(ui, runs, page):
-    body = _open(page, f"{ui}/#/experiments/{runs['exp']}", *runs["ids"])
+    # the kind MLflow 3.x reads to open an experiment on its runs rather than on traces
+    exp = tracking.client().get_experiment(runs["exp"])
+    assert exp.tags[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    # a fresh browser starts in the GenAI view; `labkit ui` prints this link to the runs
+    body = _open(page, f"{ui}/#/experiments/{runs['exp']}?workflowType=machine_learning", *runs["ids"])
     assert "/runs" in page.current_url.split("#", 1)[1]  # the runs tab, not the GenAI traces/overview
     for run, lab_id in zip(runs["runs"], runs["ids"]):
         assert run.info.run_name == f"01_cost_fit · default · {lab_id}" and run.info.run_name in body
