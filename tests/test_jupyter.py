@@ -253,21 +253,34 @@ def test_sweep_logs_sortable_best_k_and_grouped_keys(sweep_then_positions):
     assert set(t["k"]) == {0, 2} and "speedup" in t
 
 
-def test_save_strips_outputs_and_keeps_the_pair(server, sweep_then_positions):
-    nb3, _ = sweep_then_positions["03"]
-    path = server.root / "03_acceptance_by_position.ipynb"
-    committed_ipynb = (ROOT / "notebooks" / path.name).read_bytes()
-    committed_py = (ROOT / "notebooks" / "03_acceptance_by_position.py").read_bytes()
-    content = json.loads(nbformat.writes(nb3))
+def test_save_strips_outputs_and_keeps_the_pair(server):
+    """Save 03 through the contents API as JupyterLab's autosave does, its cells carrying
+    outputs a real kernel produced (text, a rich display, an error) and the kernel's
+    language_info: the .ipynb on disk has no outputs and the pair is byte-identical to
+    what is committed."""
+    session = server.open_notebook("99_outputs.ipynb")  # a kernel only to produce real outputs
+    kc = server.client(session)
+    try:
+        _, outputs = run_cell(kc, "from IPython.display import Markdown, display\nprint('text')\n"
+                                  "display(Markdown('**rich**'))\n1 / 0", cell_id=None, timeout=120)
+    finally:
+        kc.stop_channels()
+        server.shutdown(session)
+    assert {o["output_type"] for o in outputs} == {"stream", "display_data", "error"}
+    name = "03_acceptance_by_position"
+    path = server.root / f"{name}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        cell.outputs, cell.execution_count = outputs, i + 1
+    content = json.loads(nbformat.writes(nb))
     content["metadata"]["language_info"] = {"name": "python", "version": sys.version.split()[0]}
-    assert sum(len(cell.get("outputs", [])) for cell in content["cells"]) >= 3  # what the kernel produced
     server.api("PUT", f"/api/contents/{path.name}", {"type": "notebook", "format": "json", "content": content})
     saved = json.loads(path.read_text())
     assert all(cell.get("outputs") == [] and cell.get("execution_count") is None
                for cell in saved["cells"] if cell["cell_type"] == "code")
     # nothing a reproduction reads has changed: both files of the pair are as committed
-    assert path.read_bytes() == committed_ipynb
-    assert (server.root / "03_acceptance_by_position.py").read_bytes() == committed_py
+    assert path.read_bytes() == (ROOT / "notebooks" / f"{name}.ipynb").read_bytes()
+    assert (server.root / f"{name}.py").read_bytes() == (ROOT / "notebooks" / f"{name}.py").read_bytes()
 
 
 SCRATCH = [  # SYNTHETIC: a notebook that needs no model, for the lifecycle rules
