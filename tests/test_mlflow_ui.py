@@ -29,7 +29,7 @@ from labkit.provenance import reproduce as rp
 from labkit.provenance import tracking
 
 FAST = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32}  # as tests/test_provenance.py
-STARTUP_S = 120
+STARTUP_S = 300  # mlflow server on a busy 2-core box (load 20 seen)
 PAGE_S = 60
 
 if not (os.access(browser.CHROMIUM, os.X_OK) and os.access(browser.CHROMEDRIVER, os.X_OK)):
