@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: labkit (.venv)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
@@ -92,7 +92,7 @@ vm = costmodel.fit_verify_model(costmodel.verify_frame(ver))
 pred = costmodel.predict(cells, rows, vm)
 lab.table("cost-model", pred)
 within = float((pred["error"].abs() <= 0.10).mean())
-lab.metric("costmodel.within_10pct", within)
+lab.metric("costmodel/within_10pct", within)
 lab.figure("predicted_vs_measured", pred[pred["temperature"] == 0], name="predicted-vs-measured")
 print(f"cost model: {within:.0%} of cells within ±10%; losing cells and their dominant term:")
 print(pred[pred["losing_term"].notna()][["drafter", "workload", "k", "losing_term"]].to_string(index=False))

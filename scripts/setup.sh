@@ -89,6 +89,13 @@ else
     echo "$stamp_src" > "$VENV/.labkit-stamp"
 fi
 
+# The notebooks' kernel: `labkit`, this venv's interpreter (make lab, and the notebooks'
+# kernelspec metadata, name it, so no user-level `python3` kernelspec can stand in).
+if [ ! -f "$VENV/share/jupyter/kernels/labkit/kernel.json" ]; then
+    log "installing the 'labkit' Jupyter kernel into $VENV"
+    "$VPY" -m ipykernel install --sys-prefix --name labkit --display-name "labkit (.venv)" >/dev/null
+fi
+
 if [ -n "$sysdeps_pid" ]; then
     wait "$sysdeps_pid" || log "system packages: see the message above (tests that need them say so)"
 fi

@@ -8,14 +8,17 @@ the previous run is the store's job (``compare_with_previous``).
 
 from __future__ import annotations
 
+from labkit.provenance.metric_keys import canonical_metrics
+
 REL_TOL = 0.05  # a metric without a recorded range is flagged beyond 5% change
 
 
 def compare_metrics(new: dict, old: dict, *, rel_tol: float = REL_TOL) -> tuple[list[dict], list[dict]]:
-    """(moved, within-noise) rows for every metric both runs logged (ranges and lab.* excluded)."""
+    """(moved, within-noise) rows for every metric both runs logged (ranges, lab/ bookkeeping and
+    system/ metrics of the machine excluded)."""
     moved, same = [], []
     for name, v1 in new.items():
-        if name.endswith((".lo", ".hi")) or name.startswith("lab.") or name not in old:
+        if name.endswith((".lo", ".hi")) or name.startswith(("lab.", "lab/", "system/")) or name not in old:
             continue
         v0 = old[name]
         width = max(old.get(f"{name}.hi", v0) - old.get(f"{name}.lo", v0),
@@ -40,7 +43,9 @@ def compare_with_previous(c, result: dict, *, rel_tol: float = REL_TOL) -> dict 
     if not prev:
         return None
     p = prev[0]
-    moved, same = compare_metrics(this.data.metrics, p.data.metrics, rel_tol=rel_tol)
+    # canonical names: a run logged before the section/name keys compares with one after
+    moved, same = compare_metrics(canonical_metrics(this.data.metrics), canonical_metrics(p.data.metrics),
+                                  rel_tol=rel_tol)
     return {"previous_id": p.data.tags.get("lab.id"), "previous_run_id": p.info.run_id,
             "moved": moved, "within_noise": len(same), "contended": contention(this, p)}
 

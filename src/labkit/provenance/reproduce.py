@@ -22,11 +22,10 @@ from labkit.config.recipe import effective_recipe
 from labkit.errors import LabkitError
 from labkit.paths import project_root
 from labkit.provenance import arms as arm_journal
-from labkit.provenance import committed, fingerprint, machine_state, runlock, runtags, tracking
+from labkit.provenance import committed, fingerprint, machine_state, run_page, runlock, runtags, tracking
 from labkit.provenance import resume as resume_mod
 from labkit.provenance.drift import compare_with_previous
 from labkit.provenance.execution import Limits, register
-
 
 def notebooks_dir() -> Path:
     """``$LABKIT_NOTEBOOKS`` or the project's notebooks/."""
@@ -80,10 +79,11 @@ def route_parameters(nbs: list[Path], params: dict) -> dict[Path, dict]:
 
 def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | None = None,
                  limits: Limits | None = None, extra_tags: dict | None = None,
-                 started: Callable | None = None, resume_from=None) -> dict:
+                 started: Callable | None = None, resume_from=None, parent: str | None = None) -> dict:
     """Execute one notebook as one MLflow run; never raises for a failing notebook
     (``limits``: per-cell and whole-run timeouts; ``started(lab_id)`` once the run exists;
-    ``resume_from``: an interrupted MLflow run of this notebook that hands its arms on)."""
+    ``resume_from``: an interrupted MLflow run of this notebook that hands its arms on;
+    ``parent``: the reproduction's parent run)."""
     import papermill as pm
     from nbclient.exceptions import CellTimeoutError
 
@@ -99,10 +99,11 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
     if resume_from is not None:
         tags.update({"resume.from": resume_from.data.tags.get("lab.id"), "resume.from_run_id": resume_from.info.run_id})
     rid, lab = tracking.new_run(c, notebook=nb.name, recipe=recipe, tags=tags,
-                                run_name=f"{nb.stem} · {recipe.name}")
+                                run_name=f"{nb.stem} · {recipe.name}", parent=parent)
     if started:
         started(str(lab))
     tracking.log_json(c, rid, prov, "fingerprint.json")
+    monitor = run_page.start_system_metrics(rid)
     executed = out / nb.name
     env = {"LABKIT_RUN_ID": rid, "LABKIT_LAB_RUN": lab.run, "LABKIT_JOURNAL": str(journal),
            "LABKIT_NOTEBOOK": nb.stem, "MLFLOW_TRACKING_URI": tracking.tracking_uri(),
@@ -145,13 +146,18 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
                     f"{state['machine.top_others'] or 'none stood out'}); its timings are not this box's own")
         if executed.exists():
             c.log_artifact(rid, str(executed), "notebook")
+            run_page.log_notebook_html(c, rid, executed)
         if journal.exists():
             c.log_artifact(rid, str(journal), "notebook")
         c.set_tag(rid, "lab.status", status)
         if error:
             c.set_tag(rid, "lab.error", error[:5000])
-        c.log_metric(rid, "lab.seconds", seconds)
+        c.log_metric(rid, "lab/seconds", seconds)
+        run_page.stop_system_metrics(monitor)
+        run_page.write_note(c, rid, lab_id=str(lab), notebook=nb.stem, recipe=recipe, produced=_produced(journal),
+                            status=status + (f": {error}" if error else ""))
     finally:
+        run_page.stop_system_metrics(monitor)
         c.set_terminated(rid, status)
     if interrupted is not None:
         raise interrupted
@@ -232,6 +238,7 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     results: list[dict] = []
+    parent = None
     try:
         with runlock.hold(runlock.lock_paths(tracking.tracking_uri()), info, wait=wait, progress=progress) as lock:
             c = tracking.client()  # inside the lock: a new store's schema is created once, not twice at once
@@ -241,6 +248,8 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
                 out = runlock.output_folder(eff.name)
             out.mkdir(parents=True, exist_ok=True)
             lock.update(output=str(out))
+            parent = tracking.new_parent_run(c, recipe=eff, notebooks=[nb.stem for nb in nbs], output=str(out),
+                                             tags=runtags.flat_tags(fingerprint.collect(recipe=eff)))
             for nb in nbs:
                 limits = Limits(effective_recipe(routed[nb]).cell_timeout_s, deadline)
                 if limits.deadline_passed():
@@ -249,7 +258,7 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
                     continue
                 res = run_notebook(c, nb, routed[nb], out, progress=progress, limits=limits,
                                    extra_tags=git_tags[nb], started=lambda lab_id: lock.update(lab_id=lab_id),
-                                   resume_from=sources.get(nb.stem))
+                                   resume_from=sources.get(nb.stem), parent=parent)
                 if res["status"] == "FINISHED":
                     res["comparison"] = compare_with_previous(c, res)
                     if nb.stem == SWEEP_NOTEBOOK:  # later notebooks read exactly this sweep
@@ -258,7 +267,11 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
                                 routed[later]["sweep"] = res["id"]
                 results.append(res)
                 (out / "summary.json").write_text(json.dumps({"results": results}, indent=1, default=str))
+            tracking.finish_parent(c, parent, results)
     except (KeyboardInterrupt, Terminated) as e:
+        if parent is not None:
+            tracking.set_tags(c, parent, {"lab.interrupted": type(e).__name__})
+            c.set_terminated(parent, "KILLED")
         if out is not None and out.is_dir():
             (out / "summary.json").write_text(json.dumps(
                 {"ok": False, "interrupted": type(e).__name__, "output": str(out), "results": results},

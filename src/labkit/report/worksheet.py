@@ -11,6 +11,7 @@ import json
 import pandas as pd
 
 from labkit.errors import LabkitError
+from labkit.provenance.metric_keys import canonical_metrics
 from labkit.report.queries import NO_DATA, latest_runs, load_table
 
 
@@ -78,9 +79,9 @@ def worksheet(c, recipe) -> list[dict]:
     add("model artifact + checksum", f"{t.get('model.name')} sha256 {t.get('model.sha256')}", rid)
     add("spill / residency", t.get("residency") or NO_DATA.format(why="engine did not report residency"), rid)
     if cost:
-        m = cost[0].data.metrics
-        add("verify(m) fit", f"a = {m.get('verify_a_ms', float('nan')):.2f} ms, b = {m.get('verify_b_ms', float('nan')):.2f} "
-                             f"ms/row, H = {m.get('H_ms', float('nan')):.2f} ms", cost[0].data.tags.get("lab.id"))
+        m = canonical_metrics(cost[0].data.metrics)
+        add("verify(m) fit", f"a = {m.get('verify/a_ms', float('nan')):.2f} ms, b = {m.get('verify/b_ms', float('nan')):.2f} "
+                             f"ms/row, H = {m.get('verify/H_ms', float('nan')):.2f} ms", cost[0].data.tags.get("lab.id"))
     else:
         add("verify(m) fit", NO_DATA.format(why="no 01_cost_fit run"))
     if sweep:
@@ -112,11 +113,11 @@ def worksheet(c, recipe) -> list[dict]:
                   "dominant inequality term"):
             add(f, NO_DATA.format(why="no 02_k_sweep run"))
     if tools:
-        m = tools[0].data.metrics
+        m = canonical_metrics(tools[0].data.metrics)
         on = ", ".join(f"{k.rsplit('.', 1)[-1]} {v:.3f}" for k, v in sorted(m.items())
-                       if k.startswith("toolsuite.greedy.on.") and not k.endswith((".lo", ".hi")))
+                       if k.startswith("toolsuite/greedy.on.") and not k.endswith((".lo", ".hi")))
         verdicts = json.loads(tools[0].data.tags.get("toolsuite.verdict", "{}"))
-        add("tool-suite runs", f"greedy off {m.get('toolsuite.greedy.off', float('nan')):.3f}, on: {on}; sampled: "
+        add("tool-suite runs", f"greedy off {m.get('toolsuite/greedy.off', float('nan')):.3f}, on: {on}; sampled: "
             + "; ".join(f"{d}: {v}" for d, v in verdicts.items()), tools[0].data.tags.get("lab.id"))
     else:
         add("tool-suite runs", NO_DATA.format(why="no 04_tool_suite_qc run"))

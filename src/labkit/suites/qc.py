@@ -180,13 +180,13 @@ def verdict_table(res: dict) -> pd.DataFrame:
 def metrics(res: dict) -> dict[str, tuple[float, float | None, float | None]]:
     """name -> (value, low, high) for logging: greedy scores and the sampled bands."""
     s = res["scores"]
-    out = {"toolsuite.greedy.off": (float(s[(s["spec"] == "off") & (s["temperature"] == 0)]["score"].iloc[0]),
+    out = {"toolsuite/greedy.off": (float(s[(s["spec"] == "off") & (s["temperature"] == 0)]["score"].iloc[0]),
                                     None, None)}
     off = s[(s["spec"] == "off") & (s["temperature"] > 0)]["score"]
     if len(off):
-        out["toolsuite.sampled.off"] = (float(off.median()), float(off.min()), float(off.max()))
+        out["toolsuite/sampled.off"] = (float(off.median()), float(off.min()), float(off.max()))
     for name, v in res["verdicts"].items():
         g = s[(s["drafter"] == name) & (s["temperature"] == 0)]["score"]
-        out[f"toolsuite.greedy.on.{name}"] = (float(g.iloc[0]), None, None)
-        out[f"toolsuite.sampled.on.{name}"] = (v["on_median"], v["on_range"][0], v["on_range"][1])
+        out[f"toolsuite/greedy.on.{name}"] = (float(g.iloc[0]), None, None)
+        out[f"toolsuite/sampled.on.{name}"] = (v["on_median"], v["on_range"][0], v["on_range"][1])
     return out
