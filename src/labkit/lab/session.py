@@ -29,6 +29,7 @@ from labkit.provenance import fingerprint, frames, ids, runtags, tracking
 from labkit.report import figures
 
 _SESSION: Lab | None = None
+OFFLINE_PROBE_S = 30.0
 
 
 
@@ -47,7 +48,8 @@ class Lab:
         self.notebook = notebook
         self.recipe = recipe
         self.params = params
-        self.client = tracking.client()
+        # under reproduce the run exists already: a server away now is the journal's job
+        self.client = tracking.client(check=run_id is None)
         self.owns_run = run_id is None
         if self.owns_run:
             prov = fingerprint.collect(recipe=recipe)
@@ -65,6 +67,7 @@ class Lab:
         self._produced: dict = {}
         self._names: set[str] = set()
         self._mlflow_error: str | None = None
+        self._offline_since: float | None = None  # MLflow failed: journal only, re-probed now and then
         self._log_params()
 
     # -- what notebooks call -----------------------------------------------------------
@@ -78,6 +81,7 @@ class Lab:
         e = open_engine(self.recipe, draft=draft, load_mtp=load_mtp)
         desc = e.describe()
         prefix = "draft." if draft else ""
+        self._journal({"type": "engine", "prefix": prefix, "describe": desc})
         self._mlflow(lambda: [self.client.set_tag(self.run_id, prefix + k, str(v)[:5000])
                               for k, v in runtags.engine_tags(desc).items()])
         self._mlflow(lambda: tracking.log_json(self.client, self.run_id, desc, f"{prefix}engine.json"))
@@ -189,6 +193,9 @@ class Lab:
         return name
 
     def _log_params(self) -> None:
+        self._journal({"type": "params", "params": self.params, "recipe": self.recipe.to_dict(),
+                       "tags": {"recipe.effective_hash": self.recipe.hash, "recipe.sweep_hash": self.recipe.sweep_hash}})
+
         def log():
             for k, v in self.params.items():
                 self.client.log_param(self.run_id, k, json.dumps(v, default=str)[:6000])
@@ -213,10 +220,22 @@ class Lab:
             f.write(json.dumps({"run": self.id.run, **rec}, default=str) + "\n")
 
     def _mlflow(self, fn) -> None:
-        """Log to MLflow; on failure keep going (the journal has it) and say so once."""
+        """Log to MLflow; on failure keep going (the journal has it; ``labkit sync`` replays it)
+        and say so once. While the store is away, records go to the journal only, and a quick
+        probe every OFFLINE_PROBE_S seconds finds it again (MLflow's own retries would stall
+        every call of a long run)."""
+        if self._offline_since is not None:
+            if time.monotonic() - self._offline_since < OFFLINE_PROBE_S:
+                return
+            if tracking.probe(self.client, retries=0, timeout=5) is not None:
+                self._offline_since = time.monotonic()
+                return
+            self._offline_since = None
+            print("labkit.lab: MLflow answers again; `labkit sync` fills in what it missed", file=sys.stderr)
         try:
             fn()
         except Exception as e:
+            self._offline_since = time.monotonic()
             if self._mlflow_error is None:
                 print(f"labkit.lab: MLflow logging failed ({type(e).__name__}: {e}); "
                       f"records continue in {self.journal}", file=sys.stderr)
@@ -226,6 +245,7 @@ class Lab:
 
     def finish(self, status: str = "FINISHED") -> None:
         if self.owns_run:
+            self._journal({"type": "close", "status": status})
             self._mlflow(lambda: self.client.set_terminated(self.run_id, status))
 
 

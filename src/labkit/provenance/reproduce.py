@@ -21,6 +21,7 @@ from labkit.errors import LabkitError
 from labkit.paths import project_root
 from labkit.provenance import fingerprint, runtags, tracking
 from labkit.provenance.drift import compare_with_previous
+from labkit.provenance.sync import apply_close
 
 
 
@@ -111,17 +112,18 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     seconds = time.perf_counter() - t0
+    close = {"run": lab.run, "type": "close", "status": status, "error": error, "seconds": seconds,
+             "files": [str(executed), str(journal)]}
+    pending = False
     try:
-        if executed.exists():
-            c.log_artifact(rid, str(executed), "notebook")
-        if journal.exists():
-            c.log_artifact(rid, str(journal), "notebook")
-        c.set_tag(rid, "lab.status", status)
-        if error:
-            c.set_tag(rid, "lab.error", error[:5000])
-        c.log_metric(rid, "lab.seconds", seconds)
-    finally:
-        c.set_terminated(rid, status)
+        apply_close(c, rid, close)
+    except Exception as e:  # the store went away: the journal keeps the close for `labkit sync`
+        pending = True
+        with open(journal, "a") as f:
+            f.write(json.dumps(close, default=str) + "\n")
+        if progress:
+            progress(f"{nb.stem}: MLflow did not answer while closing the run ({type(e).__name__}); "
+                     f"its records are in {journal}: run `labkit sync` when the store is back")
     if interrupted is not None:
         raise interrupted
     produced = _produced(journal)
@@ -129,7 +131,8 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
         progress(f"{nb.stem}: {status} in {seconds:.0f} s" + (f" ({error})" if error else ""))
     return {"notebook": nb.stem, "id": str(lab), "run_id": rid, "status": status, "error": error,
             "seconds": round(seconds, 1), "executed": str(executed), "produced": produced,
-            "recipe": recipe.name, "recipe_hash": recipe.hash}
+            "recipe": recipe.name, "recipe_hash": recipe.hash, "journal": str(journal),
+            **({"sync": "pending"} if pending else {})}
 
 
 def _produced(journal: Path) -> list[dict]:
@@ -159,12 +162,13 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
     results = []
     for nb in nbs:
         res = run_notebook(c, nb, routed[nb], out, progress=progress)
-        if res["status"] == "FINISHED":
+        if res["status"] == "FINISHED" and "sync" not in res:
             res["comparison"] = compare_with_previous(c, res)
         results.append(res)
         (out / "summary.json").write_text(json.dumps({"results": results}, indent=1, default=str))
-    ok = all(r["status"] == "FINISHED" for r in results)
-    summary = {"ok": ok, "output": str(out), "tracking_uri": tracking.tracking_uri(), "recipe": eff.name,
+    pending = [r["journal"] for r in results if "sync" in r]  # finished, but not all in the store yet
+    ok = all(r["status"] == "FINISHED" for r in results) and not pending
+    summary = {"ok": ok, "pending_sync": pending, "output": str(out), "tracking_uri": tracking.tracking_uri(), "recipe": eff.name,
                "recipe_hash": eff.hash, "results": results}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
