@@ -24,7 +24,6 @@ from labkit.provenance.drift import compare_with_previous
 from labkit.provenance.sync import apply_close
 
 
-
 def notebooks_dir() -> Path:
     """``$LABKIT_NOTEBOOKS`` or the project's notebooks/."""
     env = os.environ.get("LABKIT_NOTEBOOKS")
