@@ -42,7 +42,7 @@ die() { log "error: $1"; log "fix: $2"; exit 1; }
 
 pg_bin() {
     if [ -n "${LABKIT_PG_BIN:-}" ]; then echo "$LABKIT_PG_BIN"; return; fi
-    local d; d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)
+    local d; d=$(printf '%s\n' /usr/lib/postgresql/*/bin | grep -v '\*' | sort -V | tail -n1 || true)
     if [ -n "$d" ]; then echo "$d"; return; fi
     command -v pg_ctl >/dev/null && dirname "$(command -v pg_ctl)" && return
     die "PostgreSQL not found" "run scripts/system-deps.sh (Debian package postgresql) or set LABKIT_PG_BIN"
@@ -98,7 +98,7 @@ start() {
     [ -x "$MLFLOW" ] || die "$MLFLOW not found" "run make setup, or set LABKIT_MLFLOW"
     "$PY" -c 'import psycopg2' 2>/dev/null ||
         die "psycopg2 is missing in $(dirname "$MLFLOW")" "$PY -m pip install psycopg2-binary"
-    if mlflow_alive && healthy; then log "already running"; echo "$(url)"; return; fi
+    if mlflow_alive && healthy; then log "already running"; url; return; fi
     # Something else answering on the port would pass the /health wait below.
     if healthy; then die "$(url) already answers (another server)" "stop it, or set LABKIT_TEAM_PORT"; fi
     start_postgres
@@ -107,12 +107,13 @@ start() {
     log "mlflow server on $(url) (log: $LOGS/mlflow.log)"
     # setsid: mlflow forks uvicorn workers; its own process group lets stop end them all.
     # Job execution off: it starts ~7 huey consumers (~230 MB each) labkit never uses.
-    # shellcheck disable=SC2086  # LABKIT_TEAM_EXTRA_ARGS is a list of words on purpose
+    # Split on spaces but never glob: "--allowed-hosts localhost:*" must stay as written.
+    local extra=(); read -ra extra <<<"${LABKIT_TEAM_EXTRA_ARGS:-}"
     MLFLOW_SERVER_ENABLE_JOB_EXECUTION=${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false} \
     setsid "$MLFLOW" server --backend-store-uri "$DB_URI" \
         --serve-artifacts --artifacts-destination "$ARTIFACTS" \
         --host "$HOST" --port "$PORT" --workers "${LABKIT_TEAM_WORKERS:-2}" \
-        ${LABKIT_TEAM_EXTRA_ARGS:-} >>"$LOGS/mlflow.log" 2>&1 </dev/null &
+        ${extra[@]+"${extra[@]}"} >>"$LOGS/mlflow.log" 2>&1 </dev/null &
     echo $! >"$MLFLOW_PID"
     local t0=$SECONDS
     until healthy; do
@@ -121,14 +122,16 @@ start() {
         sleep 1
     done
     log "ready in $((SECONDS - t0)) s"
-    echo "$(url)"
+    url
 }
 
 stop() {
     if [ -f "$MLFLOW_PID" ]; then
         local pid; pid=$(cat "$MLFLOW_PID")
-        # TERM the whole group (server + uvicorn workers), bounded wait, then KILL.
-        kill -TERM -- "-$pid" 2>/dev/null || true
+        # TERM the leader only: mlflow forwards it to uvicorn, which stops its workers in
+        # order (TERM to the whole group races uvicorn into respawning workers). Then a
+        # bounded wait for the whole group, then KILL whatever is left of it.
+        kill -TERM "$pid" 2>/dev/null || kill -TERM -- "-$pid" 2>/dev/null || true
         for _ in $(seq 30); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 1; done
         kill -KILL -- "-$pid" 2>/dev/null || true
         rm -f "$MLFLOW_PID"
