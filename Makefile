@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup system-deps test reproduce lab ui lint bench clean-venv
+.PHONY: setup system-deps test reproduce lab ui lint bench clean-venv team-server team-server-stop team-server-status
 
 setup:
 	@scripts/setup.sh
@@ -35,3 +35,15 @@ bench: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The team's lab book: PostgreSQL + `mlflow server --serve-artifacts` on 127.0.0.1:5005
+# (LABKIT_TEAM_HOST/PORT/DIR/ARTIFACTS: see scripts/team-server.sh and docs/team.md).
+# Prints the URI clients put in MLFLOW_TRACKING_URI.
+team-server: setup
+	@scripts/team-server.sh start
+
+team-server-stop:
+	@scripts/team-server.sh stop
+
+team-server-status:
+	@scripts/team-server.sh status

@@ -83,7 +83,7 @@ else
     fi
     log "installing labkit into $VENV"
     "$VPY" -m pip install -q --disable-pip-version-check -c requirements/constraints.txt \
-        "$wheel" -e ".[dev,mlx]"
+        "$wheel" -e ".[dev,mlx,postgres]"
     mkdir -p "$VENV/share/labkit"
     cp "$WHEEL_DIR/build.json" "$VENV/share/labkit/llama-build.json"
     echo "$stamp_src" > "$VENV/.labkit-stamp"

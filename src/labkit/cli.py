@@ -19,6 +19,8 @@ COMMANDS = {
     "toolsuite": "Tool-calling quality control, speculation on vs off",
     "power": "Energy and CPU time per token, k=0 vs a speculative k",
     "ui": "Start the MLflow UI on loopback",
+    "sync": "Replay local journals into the tracking store (after a server outage)",
+    "compare": "Hosts, builds or commits side by side for one recipe, with ratios",
 }
 
 

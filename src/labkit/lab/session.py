@@ -43,6 +43,7 @@ from labkit.provenance import fingerprint, frames, ids, resume, run_page, runtag
 from labkit.report import figures
 
 _SESSION: Lab | None = None
+OFFLINE_PROBE_S = 30.0
 
 
 
@@ -65,7 +66,8 @@ class Lab:
         self._found: dict[str, float] = {}  # metric -> last value, for the run's description
         self.recipe = recipe
         self.params = params
-        self.client = tracking.client()
+        # under reproduce the run exists already: a server away now is the journal's job
+        self.client = tracking.client(check=run_id is None)
         self.owns_run = run_id is None
         if self.owns_run:
             prov = fingerprint.collect(recipe=recipe)
@@ -87,6 +89,7 @@ class Lab:
         self._mlflow_error: str | None = None
         self._book: arm_journal.ArmBook | None = None  # the arms of long measurements (see arms())
         self._engine_tags: dict = {}
+        self._offline_since: float | None = None  # MLflow failed: journal only, re-probed now and then
         self._log_params()
         if not self.owns_run:  # whether a RUNNING run's writer is gone (see provenance.resume)
             self._mlflow(lambda: self.client.set_tag(self.run_id, "lab.kernel_pid", str(os.getpid())))
@@ -104,6 +107,7 @@ class Lab:
         prefix = "draft." if draft else ""
         if not draft:
             self._engine_tags = runtags.engine_tags(desc)
+        self._journal({"type": "engine", "prefix": prefix, "describe": desc})
         self._mlflow(lambda: [self.client.set_tag(self.run_id, prefix + k, str(v)[:5000])
                               for k, v in runtags.engine_tags(desc).items()])
         self._mlflow(lambda: tracking.log_json(self.client, self.run_id, desc, f"{prefix}engine.json"))
@@ -267,12 +271,16 @@ class Lab:
         return name
 
     def _log_params(self) -> None:
+        effective = tracking.effective_params(self.params, self.recipe)
+        tags = {"recipe.effective_hash": self.recipe.hash, "recipe.sweep_hash": self.recipe.sweep_hash,
+                "recipe.sweep": resume.identity(self.recipe, commit=None)["recipe.sweep"]}
+        if self.owns_run:
+            tags["lab.journal"] = str(self.journal)
+        # journaled first, so `labkit sync` can replay them into a store that was away
+        self._journal({"type": "params", "effective": effective, "tags": tags})
+
         def log():  # the effective values, plain strings, in one batch (tracking.effective_params)
-            tracking.log_params(self.client, self.run_id, tracking.effective_params(self.params, self.recipe))
-            tags = {"recipe.effective_hash": self.recipe.hash, "recipe.sweep_hash": self.recipe.sweep_hash,
-                    "recipe.sweep": resume.identity(self.recipe, commit=None)["recipe.sweep"]}
-            if self.owns_run:
-                tags["lab.journal"] = str(self.journal)
+            tracking.log_params(self.client, self.run_id, effective)
             tracking.set_tags(self.client, self.run_id, tags)
 
         self._mlflow(log)
@@ -290,10 +298,22 @@ class Lab:
             f.write(json.dumps({"run": self.id.run, **rec}, default=str) + "\n")
 
     def _mlflow(self, fn) -> None:
-        """Log to MLflow; on failure keep going (the journal has it) and say so once."""
+        """Log to MLflow; on failure keep going (the journal has it; ``labkit sync`` replays it)
+        and say so once. While the store is away, records go to the journal only, and a quick
+        probe every OFFLINE_PROBE_S seconds finds it again (MLflow's own retries would stall
+        every call of a long run)."""
+        if self._offline_since is not None:
+            if time.monotonic() - self._offline_since < OFFLINE_PROBE_S:
+                return
+            if tracking.probe(self.client, retries=0, timeout=5) is not None:
+                self._offline_since = time.monotonic()
+                return
+            self._offline_since = None
+            print("labkit.lab: MLflow answers again; `labkit sync` fills in what it missed", file=sys.stderr)
         try:
             fn()
         except Exception as e:
+            self._offline_since = time.monotonic()
             if self._mlflow_error is None:
                 print(f"labkit.lab: MLflow logging failed ({type(e).__name__}: {e}); "
                       f"records continue in {self.journal}", file=sys.stderr)
@@ -313,6 +333,7 @@ class Lab:
         status = status or ("FAILED" if self._failed else "FINISHED")
         self.status = status
         self._journal({"type": "run", "status": status, "why": why, "failed_cells": self._failed})
+        self._journal({"type": "close", "status": status})  # what `labkit sync` replays
         produced = [{"type": kind, "name": s["name"]} for kind in ("figure", "table")
                     for s in self._all_specs(kind)]
 

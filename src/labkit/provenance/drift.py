@@ -9,6 +9,7 @@ the previous run is the store's job (``compare_with_previous``).
 from __future__ import annotations
 
 from labkit.provenance.metric_keys import canonical_metrics
+from labkit.provenance.runtags import machine_of
 
 REL_TOL = 0.05  # a metric without a recorded range is flagged beyond 5% change
 
@@ -31,15 +32,17 @@ def compare_metrics(new: dict, old: dict, *, rel_tol: float = REL_TOL) -> tuple[
 
 
 def compare_with_previous(c, result: dict, *, rel_tol: float = REL_TOL) -> dict | None:
-    """Metrics of this run vs the previous finished run of the same notebook and recipe."""
+    """Metrics of this run vs the previous finished run of the same notebook and recipe,
+    on the same host label and engine build (a Mac run is never drift of a Linux run)."""
     this = c.get_run(result["run_id"])
     exp = this.info.experiment_id
     prev = c.search_runs(
         [exp],
         filter_string=f"tags.`recipe.effective_hash` = '{result['recipe_hash']}' and attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"], max_results=10,
+        order_by=["attributes.start_time DESC"], max_results=50,
     )
-    prev = [r for r in prev if r.info.run_id != result["run_id"] and r.info.start_time < this.info.start_time]
+    prev = [r for r in prev if r.info.run_id != result["run_id"] and r.info.start_time < this.info.start_time
+            and machine_of(r.data.tags) == machine_of(this.data.tags)]
     if not prev:
         return None
     p = prev[0]

@@ -22,10 +22,20 @@ from labkit.config.recipe import effective_recipe
 from labkit.errors import LabkitError
 from labkit.paths import project_root
 from labkit.provenance import arms as arm_journal
-from labkit.provenance import committed, fingerprint, machine_state, run_page, runlock, runtags, tracking
+from labkit.provenance import (
+    committed,
+    fingerprint,
+    machine_state,
+    run_page,
+    runlock,
+    runtags,
+    tracking,
+)
 from labkit.provenance import resume as resume_mod
 from labkit.provenance.drift import compare_with_previous
 from labkit.provenance.execution import Limits, register
+from labkit.provenance.sync import apply_close
+
 
 def notebooks_dir() -> Path:
     """``$LABKIT_NOTEBOOKS`` or the project's notebooks/."""
@@ -134,6 +144,9 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     seconds = time.perf_counter() - t0
+    close = {"run": lab.run, "type": "close", "status": status, "error": error, "seconds": seconds,
+             "files": [str(executed), str(journal)]}
+    pending = False
     try:
         if box is not None:
             state = machine_state.between(box, machine_state.snapshot())
@@ -144,32 +157,37 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
                     f"the machine was busy during the run: other processes took {state['machine.busy']:.0%} of "
                     f"its CPUs (recipe max_busy = {recipe.max_busy:.0%}; busiest: "
                     f"{state['machine.top_others'] or 'none stood out'}); its timings are not this box's own")
+        close.update(status=status, error=error)
         if executed.exists():
-            c.log_artifact(rid, str(executed), "notebook")
             run_page.log_notebook_html(c, rid, executed)
-        if journal.exists():
-            c.log_artifact(rid, str(journal), "notebook")
-        c.set_tag(rid, "lab.status", status)
-        if error:
-            c.set_tag(rid, "lab.error", error[:5000])
-        c.log_metric(rid, "lab/seconds", seconds)
         run_page.stop_system_metrics(monitor)
         run_page.write_note(c, rid, lab_id=str(lab), notebook=nb.stem, recipe=recipe, produced=_produced(journal),
                             status=status + (f": {error}" if error else ""))
+        apply_close(c, rid, close)
+    except Exception as e:  # the store went away: the journal keeps the close for `labkit sync`
+        pending = True
+        with open(journal, "a") as f:
+            f.write(json.dumps(close, default=str) + "\n")
+        if progress:
+            progress(f"{nb.stem}: MLflow did not answer while closing the run ({type(e).__name__}); "
+                     f"its records are in {journal}: run `labkit sync` when the store is back")
     finally:
         run_page.stop_system_metrics(monitor)
-        c.set_terminated(rid, status)
     if interrupted is not None:
         raise interrupted
     produced = _produced(journal)
     if progress:
         progress(f"{nb.stem}: {status} in {seconds:.0f} s" + (f" ({error})" if error else ""))
-    done = c.get_run(rid).data.tags
+    try:
+        done = c.get_run(rid).data.tags
+    except Exception:  # the store is away (the close is pending in the journal)
+        done = {}
     arms = {k[len("arms."):]: v for k, v in done.items() if k.startswith("arms.")}
     return {"notebook": nb.stem, "id": str(lab), "run_id": rid, "status": status, "error": error,
             "seconds": round(seconds, 1), "executed": str(executed), "produced": produced,
             "recipe": recipe.name, "recipe_hash": recipe.hash, "arms": arms,
-            "resumed_from": done.get("resume.from")}
+            "resumed_from": done.get("resume.from"), "journal": str(journal),
+            **({"sync": "pending"} if pending else {})}
 
 
 def _timeout_reason(e: Exception, limits: Limits) -> str:
@@ -259,7 +277,7 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
                 res = run_notebook(c, nb, routed[nb], out, progress=progress, limits=limits,
                                    extra_tags=git_tags[nb], started=lambda lab_id: lock.update(lab_id=lab_id),
                                    resume_from=sources.get(nb.stem), parent=parent)
-                if res["status"] == "FINISHED":
+                if res["status"] == "FINISHED" and "sync" not in res:
                     res["comparison"] = compare_with_previous(c, res)
                     if nb.stem == SWEEP_NOTEBOOK:  # later notebooks read exactly this sweep
                         for later in nbs[nbs.index(nb) + 1:]:
@@ -282,10 +300,11 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
-    ok = all(r["status"] == "FINISHED" for r in results)
+    pending = [r["journal"] for r in results if "sync" in r]  # finished, but not all in the store yet
+    ok = all(r["status"] == "FINISHED" for r in results) and not pending
     moved = sum(len((r.get("comparison") or {}).get("moved", [])) for r in results)
-    summary = {"ok": ok, "output": str(out), "tracking_uri": tracking.tracking_uri(), "recipe": eff.name,
-               "recipe_hash": eff.hash, "moved": moved, "results": results}
+    summary = {"ok": ok, "pending_sync": pending, "output": str(out), "tracking_uri": tracking.tracking_uri(),
+               "recipe": eff.name, "recipe_hash": eff.hash, "moved": moved, "results": results}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
 

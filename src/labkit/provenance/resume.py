@@ -132,7 +132,7 @@ def newest_interrupted(c, notebook: str, *, recipe_hash: str, commit: str | None
     commit, when it was interrupted; if it kept no arms, the newest earlier interrupted one
     that did (a resume that failed before measuring hands nothing on). None after a
     finished run, or when none kept arms."""
-    exp = c.get_experiment_by_name(notebook)
+    exp = tracking.get_experiment(c, notebook)  # under the configured prefix
     if exp is None or not commit:
         return None
     runs = c.search_runs([exp.experiment_id],

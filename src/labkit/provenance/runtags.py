@@ -28,6 +28,10 @@ def flat_tags(prov: dict) -> dict:
         "host.memory_gb": round((host.get("memory_bytes") or 0) / 2**30, 1),
         "host.os": host.get("os"),
         "host.name": host.get("hostname"),
+        "host.label": host.get("label"),
+        "host.label_source": host.get("label_source"),
+        "host.accelerator": host.get("accelerator"),
+        "host.power": host.get("power"),
         "packages": json.dumps(prov.get("packages", {}), sort_keys=True),
     }
     if "recipe" in prov:
@@ -39,6 +43,27 @@ def flat_tags(prov: dict) -> dict:
     return {k: v for k, v in t.items() if v is not None}
 
 
+def machine_of(tags: dict) -> tuple[str | None, str | None]:
+    """(host label, engine build) of a run from its tags: what "previous" and "latest" are
+    per. Runs logged before host labels existed fall back to their hostname."""
+    return tags.get("host.label") or tags.get("host.name"), tags.get("engine.build")
+
+
+def engine_build(desc: dict) -> str | None:
+    """One short name for an engine build: engine, version, commit, and a hash of the build
+    flags and BLAS (two builds that differ only in flags are different builds)."""
+    import hashlib
+
+    b = desc.get("build", {})
+    version = b.get("llama_cpp_python") or b.get("mlx_lm")
+    if not desc.get("engine") and not version:
+        return None
+    blas = b.get("blas")
+    detail = json.dumps([b.get("cmake_args"), blas.get("blas") if isinstance(blas, dict) else blas], default=str)
+    parts = [desc.get("engine"), version, (b.get("llama_cpp_commit") or "")[:7], hashlib.sha256(detail.encode()).hexdigest()[:6]]
+    return "-".join(str(p) for p in parts if p)
+
+
 def engine_tags(desc: dict) -> dict:
     b = desc.get("build", {})
     m = desc.get("model", {})
@@ -47,6 +72,7 @@ def engine_tags(desc: dict) -> dict:
         for k, v in {
             "engine": desc.get("engine"),
             "engine.version": b.get("llama_cpp_python") or b.get("mlx_lm"),
+            "engine.build": engine_build(desc),
             "engine.commit": b.get("llama_cpp_commit"),
             "engine.flags": b.get("cmake_args"),
             "engine.blas": (b.get("blas") or {}).get("blas") if isinstance(b.get("blas"), dict) else b.get("blas"),

@@ -20,6 +20,7 @@ from pathlib import Path
 from labkit.errors import LabkitError
 from labkit.paths import project_root
 from labkit.provenance.ids import LabId, make_run_token, notebook_number
+from labkit.provenance.store import probe, redact, sqlite_client, store_kind
 
 
 def tracking_uri() -> str:
@@ -30,30 +31,90 @@ def tracking_uri() -> str:
     return f"sqlite:///{project_root() / 'mlflow.db'}"
 
 
-def artifact_root() -> str:
-    """Artifacts of a local store sit beside its database file (``mlartifacts/``)."""
-    uri = tracking_uri()
-    if uri.startswith("sqlite:///"):
-        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+def artifact_root() -> str | None:
+    """Where a new experiment's artifacts go; None lets the store decide.
+
+    ``$LABKIT_ARTIFACT_ROOT`` when set (an S3 URI, a shared mount). Else a SQLite store
+    keeps them beside its database file (``mlartifacts/``); an ``mlflow server`` keeps them
+    itself (``--serve-artifacts``: ``mlflow-artifacts:/…``, readable by every client).
+    A database spoken to directly has no such place: MLflow would pin the experiment to a
+    path on the machine that created it, which no other machine can read, so it is refused.
+    """
+    explicit = os.environ.get("LABKIT_ARTIFACT_ROOT")
+    if explicit:
+        return explicit.rstrip("/")
+    kind = store_kind()
+    if kind == "sqlite":
+        return (Path(tracking_uri()[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+    if kind == "http":
+        return None
+    if kind == "database":
+        raise LabkitError(
+            f"MLFLOW_TRACKING_URI={redact(tracking_uri())} is a database: its experiments' artifacts "
+            "would be pinned to a folder on this machine that no other machine can read",
+            "point MLFLOW_TRACKING_URI at the team's `mlflow server` (http://host:5005, see `make team-server`), "
+            "or set LABKIT_ARTIFACT_ROOT to a place every machine reads (s3://bucket/labkit, a shared mount)",
+        )
     return (project_root() / "mlartifacts").as_uri()
 
 
-def client():
-    """An MlflowClient on the tracking URI, checked to answer (a down server is a clear error)."""
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+def _local_location(loc: str | None) -> bool:
+    return bool(loc) and (loc.startswith("file:") or loc.startswith("/") or ":" not in loc.split("/", 1)[0])
+
+
+def experiment_prefix() -> str:
+    """``$LABKIT_EXPERIMENT_PREFIX`` (default empty): prepended to every experiment name, so
+    two projects on one tracking server keep their notebooks apart. Recorded on each run
+    (tag ``lab.experiment_prefix``)."""
+    return os.environ.get("LABKIT_EXPERIMENT_PREFIX", "")
+
+
+def experiment_name(notebook: str) -> str:
+    """The experiment a notebook's runs go to: the prefix, then the notebook's stem."""
+    return experiment_prefix() + Path(notebook).stem
+
+
+def get_experiment(c, notebook: str):
+    """The experiment of ``notebook`` (prefix applied), or None. Every lookup by notebook
+    name goes through here."""
+    exp = c.get_experiment_by_name(experiment_name(notebook))
+    if exp is not None and store_kind() in ("http", "database") and not os.environ.get("LABKIT_ARTIFACT_ROOT") \
+            and _local_location(exp.artifact_location):
+        raise LabkitError(
+            f"experiment {exp.name!r} on {redact(tracking_uri())} keeps its artifacts at "
+            f"{exp.artifact_location}, a folder on one machine that other clients cannot read",
+            "start the server with --serve-artifacts (scripts/team-server.sh does), or use another "
+            "LABKIT_EXPERIMENT_PREFIX; set LABKIT_ARTIFACT_ROOT if that folder is a shared mount",
+        )
+    return exp
+
+
+def project_experiment_ids(c) -> list[str]:
+    """Ids of this project's experiments (those named with the prefix)."""
+    prefix = experiment_prefix()
+    exps = c.search_experiments(filter_string=f"name LIKE '{prefix}%'" if prefix else None)
+    return [e.experiment_id for e in exps]
+
+
+def client(*, check: bool = True):
+    """An MlflowClient on the tracking URI, checked to answer (a down server is a clear error).
+
+    ``check=False`` skips the reachability probe (a notebook kernel under ``reproduce``,
+    whose run already exists: if the server is away, its records go to the journal)."""
     from mlflow.tracking import MlflowClient
 
     uri = tracking_uri()
+    if store_kind(uri) == "sqlite":
+        return sqlite_client(uri)
     c = MlflowClient(tracking_uri=uri)
-    try:
-        c.search_experiments(max_results=1)
-    except Exception as e:  # mlflow raises several types for an unreachable server
+    err = probe(c) if check else None
+    if err is not None:
         raise LabkitError(
-            f"the MLflow tracking store at {uri} does not answer ({type(e).__name__}: {str(e)[:200]})",
-            "start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`), or unset MLFLOW_TRACKING_URI "
-            "to use the local SQLite store; nothing was run, nothing recorded was touched",
-        ) from e
+            f"the MLflow tracking store at {redact(uri)} does not answer "
+            f"({type(err).__name__}: {str(err)[:200]})",
+            "start it (`make team-server`, or `mlflow server --host 127.0.0.1 --port 5000`), or unset "
+            "MLFLOW_TRACKING_URI to use the local SQLite store; nothing was run, nothing recorded was touched",
+        ) from err
     return c
 
 
@@ -65,23 +126,24 @@ EXPERIMENT_KIND = "custom_model_development"
 PARENT_EXPERIMENT = "reproduce"  # one parent run per `labkit reproduce`; its notebooks are children
 
 
-def experiment_id(c, name: str) -> str:
-    exp = c.get_experiment_by_name(name)
+def experiment_id(c, notebook: str) -> str:
+    """The experiment of ``notebook`` (under the configured prefix), created when missing
+    (two writers may race to it)."""
+    exp = get_experiment(c, notebook)
     if exp is not None:
         if exp.tags.get(EXPERIMENT_KIND_TAG) is None:  # a store from before the tag: mark it once
             c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return exp.experiment_id
-    # A remote server decides where artifacts go; a local store keeps them in the project.
-    loc = None if tracking_uri().startswith("http") else f"{artifact_root()}/{name}"
-    return c.create_experiment(name, artifact_location=loc, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
-
-
-
-
-
-
-
-
+    name = experiment_name(notebook)
+    loc = artifact_root()  # None for a server or database store: the server decides
+    try:
+        return c.create_experiment(name, artifact_location=f"{loc}/{name}" if loc else None,
+                                   tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+    except Exception:
+        exp = get_experiment(c, notebook)  # another writer created it first
+        if exp is None:
+            raise
+        return exp.experiment_id
 
 
 def mark_experiment_kinds(c) -> int:
@@ -104,7 +166,8 @@ def new_run(c, *, notebook: str, recipe, tags: dict | None = None, run_name: str
     MLflow UI shows in its own fields: source notebook, git commit, parent run."""
     stem = Path(notebook).stem
     exp = experiment_id(c, stem)
-    run = c.create_run(exp, run_name=run_name, tags={k: str(v)[:5000] for k, v in (tags or {}).items()})
+    tags = {**(tags or {}), "lab.experiment_prefix": experiment_prefix()}
+    run = c.create_run(exp, run_name=run_name, tags={k: str(v)[:5000] for k, v in tags.items()})
     rid = run.info.run_id
     prefix = f"{notebook_number(notebook)}-{recipe.hash[:6]}"
     token = make_run_token(rid)
@@ -191,13 +254,14 @@ def finish_parent(c, run_id: str, results: list[dict]) -> None:
 
 def find_run(c, run_key: str, *, missing_ok: bool = False):
     """The MLflow run whose ``lab.run`` tag is ``run_key`` (searched across experiments)."""
-    exps = [e.experiment_id for e in c.search_experiments()]
+    exps = project_experiment_ids(c)
     runs = c.search_runs(exps, filter_string=f"tags.`lab.run` = '{run_key}'", max_results=2) if exps else []
     if not runs:
         if missing_ok:
             return None
         raise LabkitError(
-            f"no run has the provenance ID LAB:{run_key} in {tracking_uri()}",
+            f"no run has the provenance ID LAB:{run_key} in {redact(tracking_uri())}"
+            + (f" (experiments prefixed {experiment_prefix()!r})" if experiment_prefix() else ""),
             "check the ID, or point MLFLOW_TRACKING_URI at the store the chapter was written from",
         )
     return runs[0]

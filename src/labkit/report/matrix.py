@@ -11,7 +11,7 @@ import json
 import pandas as pd
 
 from labkit.errors import LabkitError
-from labkit.report.queries import latest_per_recipe, load_table
+from labkit.report.queries import latest_per_recipe, load_table, run_host
 
 
 def _cell_text(row) -> str:
@@ -47,7 +47,7 @@ def results_matrix(c, *, workload: str = "all", temperature: float = 0.0) -> pd.
                                                    acceptance=("acceptance", "median")).reset_index()
         base = agg[agg["k"] == 0]["tok_s"].median()
         for d in sorted(x for x in agg["drafter"].unique() if x != "none"):
-            row = {"recipe": tags.get("recipe"), "model": tags.get("model.name"),
+            row = {"recipe": tags.get("recipe"), "host": run_host(run), "model": tags.get("model.name"),
                    "model_sha256": (tags.get("model.sha256") or "")[:12], "spill": spill, "drafter": d,
                    "baseline tok/s": round(float(base), 1), "id": tags.get("lab.id"),
                    "box busy": _busy(tags)}
