@@ -21,6 +21,7 @@ stopped the protocol and by how much. The winner per drafter is its last passing
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,6 +137,12 @@ def winner(steps: pd.DataFrame) -> dict:
         return {"drafter": None, "k": 0, "e2e_speedup": 1.0}
     top = w.loc[w["e2e_speedup"].idxmax()]
     return {"drafter": top["drafter"], "k": int(top["k"]), "e2e_speedup": float(top["e2e_speedup"])}
+
+
+def winner_tag(win: dict, *, source: str) -> str:
+    """The ``protocol.winner`` run tag: JSON {"drafter", "k", "source"} (source: the LAB ID of
+    the protocol-steps table that is the evidence)."""
+    return json.dumps({"drafter": win["drafter"], "k": int(win["k"]), "source": source})
 
 
 def stopped_text(steps: pd.DataFrame) -> str:

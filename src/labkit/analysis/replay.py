@@ -156,3 +156,20 @@ def prediction_by_k(pred: pd.DataFrame) -> pd.DataFrame:
                     "pred_decode_speedup": float(g["pred_decode_speedup"].median()),
                     "pred_exact": bool(g["pred_exact"].all())})
     return pd.DataFrame(out)
+
+
+def beside_measured(pred_by_k: pd.DataFrame, rows: pd.DataFrame, *, temperature: float = 0.0) -> pd.DataFrame:
+    """Predicted (every k) beside measured (the arms that were run) per (drafter, k):
+    e2e and decode speedup vs plain, acceptance and first-token acceptance, prediction error."""
+    from labkit.analysis.protocol import step_summary
+
+    spec = rows[(rows["k"] > 0) & (rows["temperature"] == temperature)]
+    measured = pd.DataFrame([step_summary(rows, d, int(k), temperature=temperature)
+                             for (d, k), _ in spec.groupby(["drafter", "k"])])
+    if measured.empty:
+        out = pred_by_k.assign(measured=False)
+    else:
+        out = pred_by_k.merge(measured.drop(columns=["temperature"]), on=["drafter", "k"], how="outer")
+        out["measured"] = out["e2e_speedup"].notna()
+        out["e2e_error"] = out["pred_e2e_speedup"] / out["e2e_speedup"] - 1
+    return out.sort_values(["drafter", "k"]).reset_index(drop=True)

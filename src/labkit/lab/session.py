@@ -71,11 +71,18 @@ class Lab:
     def cite(self, part: str | None = None) -> str:
         return (self.id.child(part) if part else self.id).cite
 
-    def engine(self, *, draft: bool = False, load_mtp: bool = False):
-        """Open the recipe's engine and tag the run with its build, flags and model."""
-        from labkit.config.runtime import open_engine
+    def engine(self, *, draft: bool = False, load_mtp: bool | None = None):
+        """Open the recipe's engine and tag the run with its build, flags, model and residency.
+        The target opens with the MTP context whenever the recipe's drafters need it
+        (``load_mtp=None``), so every notebook can run ``mtp``."""
+        from labkit.config.runtime import open_engine, open_target
 
-        e = open_engine(self.recipe, draft=draft, load_mtp=load_mtp)
+        if draft:
+            e = open_engine(self.recipe, draft=True, load_mtp=bool(load_mtp))
+        elif load_mtp is None:
+            e = open_target(self.recipe)
+        else:
+            e = open_engine(self.recipe, load_mtp=load_mtp)
         desc = e.describe()
         prefix = "draft." if draft else ""
         self._mlflow(lambda: [self.client.set_tag(self.run_id, prefix + k, str(v)[:5000])

@@ -41,7 +41,7 @@ def power_runs(engine, prompts, *, drafter, k: int, runs: int = 3, max_tokens: i
     """k = 0 and k = ``k`` on the same prompts, interleaved, ``runs`` warm runs each after a warm-up."""
     rows = []
     for p in prompts:
-        ids = engine.tokenize(p.text)
+        ids = list(p.ids) if getattr(p, "ids", None) else engine.tokenize(p.text)  # SYNTHETIC prompts carry ids
         for r in range(runs + 1):
             for kk in order.arm_order((0, k), r, policy=interleave, seed=seed):
                 res = decode_window(engine, ids, drafter=drafter if kk else None, k=kk, max_tokens=max_tokens,

@@ -63,7 +63,7 @@ def k_sweep(
     n_total = len(prompts) * len(temperatures) * (runs + 1)
     done = 0
     for p in prompts:
-        ids = engine.tokenize(p.text)
+        ids = list(p.ids) if getattr(p, "ids", None) else engine.tokenize(p.text)  # SYNTHETIC prompts carry ids
         for temp in temperatures:
             arms = [("none", 0)] + [(d, k) for d in drafters for k in spec_ks]
             for r in range(runs + 1):

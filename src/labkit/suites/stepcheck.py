@@ -42,6 +42,16 @@ class SuiteCheck:
         self._off: list[float] | None = None
         self.results: list[dict] = []
 
+    @classmethod
+    def from_recipe(cls, engine, drafters: dict, recipe, *, progress: Callable | None = None) -> SuiteCheck:
+        """The recipe's check: ``protocol_toolsuite_tasks`` tasks (at most ``toolsuite_tasks``
+        when that is set), ``toolsuite_runs`` sampled runs at ``toolsuite_temperature``."""
+        n = recipe.protocol_toolsuite_tasks
+        if recipe.toolsuite_tasks is not None:
+            n = min(n, recipe.toolsuite_tasks)
+        return cls(engine, drafters=drafters, n_tasks=n, runs=recipe.toolsuite_runs,
+                   temperature=recipe.toolsuite_temperature, seed=recipe.seed, progress=progress)
+
     def _scores(self, drafter=None, k: int = 0) -> list[float]:
         return [qc.run_suite(self.engine, self.tasks, drafter=drafter, k=k, temperature=self.temperature,
                              seed=self.seed + 1000 * (r + 1))["summary"]["score"] for r in range(self.runs)]
