@@ -175,3 +175,114 @@ def test_suite_check_runs_the_real_suite_at_k(engine):
     assert v["tasks"] == 2 and len(v["off_scores"]) == 1 and len(v["on_scores"]) == 1
     assert v["within_noise"] == (v["on_median"] >= min(v["off_scores"]))
     assert SuiteCheck(engine, drafters={}, n_tasks=0, runs=1, temperature=0.7)("ngram", 1)["skipped"]
+
+
+# -- advise --write: the winner into the recipe file -------------------------------------
+RECIPE_TEXT = """# My recipe: comments and layout are part of the record.
+name: mine
+model: gemma-3-270m-q4_k_m   # the embedded model
+drafters: [ngram, model]
+draft_model: gemma-3-270m-q4_0
+k: [0, 1, 2, 3]
+
+# the protocol
+protocol: stepwise
+n_max: null  # not chosen yet
+"""
+
+
+def sweep_run(c, recipe, *, winner: dict | None):
+    """A finished 02_k_sweep run in the real store, tagged as notebook 02 tags one (its
+    measurements are not needed to write the winner back: only its tags and params)."""
+    import json
+
+    from labkit.provenance import tracking
+
+    rid, lab = tracking.new_run(c, notebook="02_k_sweep.ipynb", recipe=recipe,
+                                tags={"recipe.sweep_hash": recipe.sweep_hash, "recipe": recipe.name})
+    for f in recipe.SWEEP_FIELDS:
+        c.log_param(rid, f"recipe.{f}", json.dumps(getattr(recipe, f)))
+    if winner is not None:
+        c.set_tag(rid, "protocol.winner", json.dumps({**winner, "source": f"{lab}/protocol-steps"}))
+    c.set_terminated(rid, "FINISHED")
+    return f"{lab}/protocol-steps"
+
+
+@pytest.fixture
+def recipe_file(tmp_path):
+    p = tmp_path / "mine.yaml"
+    p.write_text(RECIPE_TEXT)
+    return p
+
+
+def test_advise_write_puts_the_winner_beside_its_evidence(store, recipe_file):
+    from labkit.provenance import tracking
+    from labkit.report.advise import candidate, write_winner
+
+    c = tracking.client()
+    r = rc.load(recipe_file)
+    src = sweep_run(c, r, winner={"drafter": "ngram", "k": 3})
+    assert candidate(c, r)["k"] == 3 and candidate(c, r)["source"] == src  # 04 reads it before any write
+    res = write_winner(c, r)
+    assert (res["n_max"], res["n_max_drafter"], res["source"]) == (3, "ngram", src)
+    after = recipe_file.read_text()
+    before_lines, after_lines = RECIPE_TEXT.splitlines(), after.splitlines()
+    assert after_lines[:-2] == before_lines[:-1]  # nothing else changed, comments included
+    assert after_lines[-2:] == [f"n_max: 3  # [{src}] stepwise protocol winner, written by labkit advise --write",
+                                f"n_max_drafter: ngram  # [{src}] stepwise protocol winner, written by labkit "
+                                "advise --write"]
+    again = rc.load(recipe_file)
+    assert (again.n_max, again.n_max_drafter) == (3, "ngram") and again.sweep_hash == r.sweep_hash
+    cand = candidate(c, again)
+    assert cand["k"] == 3 and cand["source"].startswith("recipe n_max")
+    write_winner(c, again)  # writing again replaces the lines in place
+    assert recipe_file.read_text() == after
+
+
+def test_advise_write_refuses_stale_evidence_and_read_only_files(store, recipe_file):
+    from labkit.provenance import tracking
+    from labkit.report.advise import write_winner
+
+    c = tracking.client()
+    sweep_run(c, rc.load(recipe_file), winner={"drafter": "ngram", "k": 2})
+    recipe_file.write_text(RECIPE_TEXT.replace("k: [0, 1, 2, 3]", "k: [0, 1, 2, 3, 4]"))
+    changed = recipe_file.read_text()
+    with pytest.raises(LabkitError) as e:
+        write_winner(c, rc.load(recipe_file))
+    assert e.value.problem.startswith("stale evidence") and "k: [0, 1, 2, 3] in the run" in e.value.problem
+    assert "labkit reproduce --recipe mine --only 02_k_sweep" in e.value.fix
+    assert recipe_file.read_text() == changed
+    recipe_file.write_text(RECIPE_TEXT)
+    recipe_file.chmod(0o444)
+    try:
+        with pytest.raises(LabkitError) as e:
+            write_winner(c, rc.load(recipe_file))
+        assert "read-only" in e.value.problem and "chmod u+w" in e.value.fix
+    finally:
+        recipe_file.chmod(0o644)
+    assert recipe_file.read_text() == RECIPE_TEXT
+
+
+def test_advise_write_command_exits_2_with_a_fix_on_stale_evidence(store, recipe_file, capsys):
+    from labkit import cli
+    from labkit.provenance import tracking
+
+    sweep_run(tracking.client(), rc.load(recipe_file), winner={"drafter": "ngram", "k": 2})
+    recipe_file.write_text(RECIPE_TEXT.replace("drafters: [ngram, model]", "drafters: [ngram]"))
+    assert cli.main(["advise", "--recipe", str(recipe_file), "--write"]) == 2
+    err = capsys.readouterr().err
+    assert "stale evidence" in err and "drafters" in err
+    recipe_file.write_text(RECIPE_TEXT)
+    assert cli.main(["advise", "--recipe", str(recipe_file), "--write"]) == 0
+    assert "n_max: 2  # [LAB:02-" in recipe_file.read_text()
+
+
+def test_set_fields_edits_lines_only():
+    from labkit.config.recipe_edit import set_fields
+
+    text = "a: 1   # keep me\nn_max: 4\nb:\n  - 1\n"
+    assert set_fields(text, {"n_max": 2}, comment="why") == "a: 1   # keep me\nn_max: 2  # why\nb:\n  - 1\n"
+    assert set_fields("a: 1", {"c": "x y"}) == "a: 1\nc: x y\n"
+    assert set_fields("a: 1\n", {"c": "has: colon"}) == 'a: 1\nc: "has: colon"\n'
+    with pytest.raises(LabkitError):
+        set_fields(text, {"b": 3})  # a block list is refused, not guessed at
