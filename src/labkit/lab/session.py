@@ -90,6 +90,15 @@ class Lab:
         self._mlflow(lambda: tracking.log_json(self.client, self.run_id, desc, f"{prefix}engine.json"))
         return e
 
+    def skip_if(self, condition: bool, reason: str) -> bool:
+        """When ``condition`` holds, record that the rest of this notebook does not apply and why
+        (run tag ``lab.skipped``, the journal, stdout); the notebook's later cells check the result."""
+        if condition:
+            print(f"SKIPPED: {reason}")
+            self._journal({"type": "skipped", "reason": reason})
+            self._mlflow(lambda: self.client.set_tag(self.run_id, "lab.skipped", reason[:5000]))
+        return bool(condition)
+
     def metric(self, name: str, value: float, *, lo: float | None = None, hi: float | None = None,
                step: int | None = None) -> float:
         """Log a metric, with its recorded range (lo, hi) when it has one."""
