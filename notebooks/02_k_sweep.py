@@ -75,7 +75,8 @@ if R.protocol == "stepwise":
     res = measure_protocol.stepwise(engine, prompts, drafters=arms, ks=R.k, thresholds=decide.Thresholds.from_recipe(R),
                                     runs=R.runs, max_tokens=R.max_tokens, temperatures=tuple(R.temperatures),
                                     seed=R.seed, interleave=R.interleave, suite_check=suite,
-                                    residency=engine.describe().get("residency"), progress=print)
+                                    residency=engine.describe().get("residency"), predicted=pred["by_k"],
+                                    progress=print)
     rows = res["rows"]
     lab.table("protocol-steps", res["steps"])
     winner = decide.winner_tag(res["winner"], source=str(lab.id.child("protocol-steps")))

@@ -286,3 +286,28 @@ def test_set_fields_edits_lines_only():
     assert set_fields("a: 1\n", {"c": "has: colon"}) == 'a: 1\nc: "has: colon"\n'
     with pytest.raises(LabkitError):
         set_fields(text, {"b": 3})  # a block list is refused, not guessed at
+
+
+def test_the_replay_decides_steps_whose_answer_it_knows():
+    pred = {"k": 2, "pred_acceptance": 0.3, "pred_exact": True, "pred_e2e_speedup": 1.4}
+    assert "acceptance collapse (replayed, exact): k=2 acceptance 30% < 40%" in P.predicted_failure(pred, TH,
+                                                                                                     margin=0.25)
+    assert P.predicted_failure({**pred, "pred_exact": False}, TH, margin=0.25) is None  # a lower bound: measure
+    slow = {"k": 1, "pred_acceptance": 0.9, "pred_exact": True, "pred_e2e_speedup": 0.7}
+    assert "predicted by replay, not measured" in P.predicted_failure(slow, TH, margin=0.25)
+    assert P.predicted_failure({**slow, "pred_e2e_speedup": 0.8}, TH, margin=0.25) is None  # close call: measure
+    assert P.predicted_failure(None, TH, margin=0.25) is None
+    row = P.unmeasured_step("model", 1, "predicted")
+    assert not row["passed"] and not row["measured"] and set(P.STEP_COLUMNS) <= set(row)
+
+
+def test_a_drafter_the_replay_rules_out_is_never_measured(engine, edit_prompt):
+    from labkit.decoding.drafters.ngram import NgramDrafter
+    from labkit.measure import protocol as mp
+
+    predicted = pd.DataFrame([{"drafter": "ngram", "k": 1, "pred_acceptance": 0.9, "pred_exact": True,
+                               "pred_e2e_speedup": 0.5}])
+    res = mp.stepwise(engine, edit_prompt, drafters={"ngram": NgramDrafter()}, ks=[0, 1, 2], thresholds=TH, runs=1,
+                      max_tokens=8, predicted=predicted, progress=None)
+    assert list(res["steps"]["measured"]) == [False] and res["winner"]["k"] == 0
+    assert set(res["rows"]["k"]) == {0}  # only plain was run (for the tables)

@@ -86,6 +86,31 @@ def failures(step: dict, *, previous: dict | None, th: Thresholds) -> list[str]:
     return out
 
 
+def predicted_failure(pred: dict | None, th: Thresholds, *, margin: float) -> str | None:
+    """A step the replay already decides, so measuring it would spend time on a known answer:
+    its replayed acceptance (exact for a deterministic drafter under greedy decoding) is
+    below the floor, or its predicted e2e speedup is more than ``margin`` below the
+    threshold (well beyond the cost model's error). None: the step must be measured."""
+    if not pred:
+        return None
+    k, acc, e2e = pred["k"], pred.get("pred_acceptance"), pred.get("pred_e2e_speedup")
+    if acc is not None and pred.get("pred_exact") and acc < th.min_acceptance:
+        return f"acceptance collapse (replayed, exact): k={k} acceptance {acc:.0%} < {th.min_acceptance:.0%}"
+    if e2e is not None and e2e < th.min_speedup * (1 - margin):
+        return (f"loses end-to-end (predicted by replay, not measured): k={k} e2e {e2e:.2f}x is more than "
+                f"{margin:.0%} below {th.min_speedup:.2f}x")
+    return None
+
+
+def unmeasured_step(drafter: str, k: int, reason: str, temperature: float = 0.0) -> dict:
+    """The protocol-steps row of a step decided by the replay (no measured columns)."""
+    nan = float("nan")
+    return {"drafter": drafter, "k": int(k), "temperature": temperature, "pairs": 0, "e2e_speedup": nan,
+            "e2e_speedup_min": nan, "e2e_speedup_max": nan, "decode_speedup": nan, "acceptance": nan,
+            "first_token_acceptance": nan, "toolsuite_verdict": "not run: decided by the replay",
+            "passed": False, "stop_reason": reason, "measured": False}
+
+
 def suite_failure(verdict: dict | None) -> str | None:
     """Why a tool-suite verdict stops the protocol (None: within its band, skipped or not run)."""
     if not verdict or verdict.get("skipped") or verdict.get("within_noise", True):
@@ -110,11 +135,13 @@ def judge(step: dict, *, previous: dict | None, th: Thresholds, suite: dict | No
         fails.append(sf)
     passed = not fails
     reason = "; ".join(fails) if fails else ("reached the largest k in the recipe" if last_k else "")
-    return {**step, "toolsuite_verdict": suite_text(suite), "passed": passed, "stop_reason": reason}
+    return {**step, "toolsuite_verdict": suite_text(suite), "passed": passed, "stop_reason": reason, "measured": True}
 
 
 def winners(steps: pd.DataFrame) -> pd.DataFrame:
     """Per drafter: its last passing step (k = 0, "disable", when even k=1 failed)."""
+    if steps.empty:
+        return pd.DataFrame(columns=["drafter", "k", "e2e_speedup", "stopped_at", "stop_reason"])
     rows = []
     for d, g in steps.groupby("drafter", sort=False):
         ok = g[g["passed"]].sort_values("k")

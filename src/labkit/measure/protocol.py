@@ -33,6 +33,9 @@ from labkit.measure.sweep import k_sweep
 # greedy draft model): the replay is exact for them. MTP drafts from the target's hidden
 # state, which a replay without the target does not have.
 REPLAYABLE = ("ngram", "model")
+# a predicted e2e speedup this far below the threshold is decided without measuring: well
+# beyond the cost model's error on this project's cells (mostly within ±10%)
+SKIP_MARGIN = 0.25
 
 
 def decision_temperature(temperatures) -> float:
@@ -42,13 +45,16 @@ def decision_temperature(temperatures) -> float:
 def stepwise(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds: decide.Thresholds,
              runs: int = 3, max_tokens: int = 128, temperatures: tuple[float, ...] = (0.0,), seed: int = 0,
              interleave: str = order.DEFAULT_POLICY, suite_check: Callable | None = None,
-             residency: dict | None = None, warn: Callable = print, progress: Callable | None = None) -> dict:
+             residency: dict | None = None, predicted: pd.DataFrame | None = None, skip_margin: float = SKIP_MARGIN,
+             warn: Callable = print, progress: Callable | None = None) -> dict:
     """Run the protocol; returns rows (every generation, ``k_sweep``'s columns plus
     ``protocol_step``), steps (the protocol-steps table), winner, winners, stopped, warnings.
 
     ``suite_check(drafter, k) -> verdict`` (``suites.stepcheck``) runs only for steps that
     pass the timing and acceptance criteria; ``residency`` (an engine's describe()
-    ["residency"]) arms the spilled-experts guard.
+    ["residency"]) arms the spilled-experts guard. ``predicted`` (``predict``'s by_k table)
+    lets the replay decide steps whose answer it already knows (``analysis.protocol.
+    predicted_failure``): they are recorded as such and not measured.
     """
     temp = decision_temperature(temperatures)
     spec_ks = sorted(k for k in set(ks) if k > 0)
@@ -57,6 +63,15 @@ def stepwise(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds
     previous: dict[str, dict] = {}
     step_no = 0
     for k in spec_ks:
+        if not active:
+            break
+        for d in list(active):
+            why = decide.predicted_failure(_pred(predicted, d, k, temp), thresholds, margin=skip_margin)
+            if why:
+                steps.append(decide.unmeasured_step(d, k, why, temp))
+                active.remove(d)
+                if progress:
+                    progress(f"protocol: {d} k={k}: STOP without measuring ({why})")
         if not active:
             break
         w = decide.spill_warning(residency, k)
@@ -82,6 +97,8 @@ def stepwise(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds
             else:
                 active.remove(d)
     table = pd.DataFrame(steps)
+    if table.empty:
+        table = pd.DataFrame(columns=[*decide.STEP_COLUMNS, "temperature", "pairs", "measured"])
     win = decide.winner(table)
     others = [t for t in temperatures if t != temp]
     if win["k"] > 0 and others:
@@ -90,9 +107,19 @@ def stepwise(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds
         parts.append(_measure(engine, prompts, {win["drafter"]: drafters[win["drafter"]]}, win["k"], step_no,
                               runs=runs, max_tokens=max_tokens, temperatures=tuple(others), seed=seed,
                               interleave=interleave, progress=progress))
+    if not parts:  # every drafter was decided by the replay at its first k: plain alone, for the tables
+        parts.append(k_sweep(engine, prompts, drafters={}, ks=[0], runs=runs, max_tokens=max_tokens,
+                             temperatures=(temp,), seed=seed, interleave=interleave, progress=progress))
     return {"rows": pd.concat(parts, ignore_index=True), "steps": table, "winner": win,
             "winners": decide.winners(table), "stopped": decide.stopped_text(table), "warnings": warnings,
             "temperature": temp}
+
+
+def _pred(predicted: pd.DataFrame | None, drafter: str, k: int, temp: float) -> dict | None:
+    if predicted is None or predicted.empty or temp != 0.0:  # the replay is exact for greedy only
+        return None
+    hit = predicted[(predicted["drafter"] == drafter) & (predicted["k"] == k)]
+    return hit.iloc[0].to_dict() if len(hit) else None
 
 
 def _measure(engine, prompts, drafters, k, step_no, *, runs, **kw) -> pd.DataFrame:
