@@ -64,6 +64,8 @@ def test_diagnosis_names_each_of_the_chapters_ways_to_lose():
     assert costmodel.diagnose(step(3.0, 20.0, 1.0), 3, vm, 10.0) is None  # 7 ms/token beats H = 10: it wins
     a = costmodel.diagnose(step(1.0, 14.0, 0.5), 3, vm, 10.0)  # cheap step, nothing accepted
     assert a["term"] == "a" and a["terms"] == ["a"] and "acceptance collapse (a) dominates" in a["text"]
+    both = costmodel.diagnose(step(1.1, 14.0, 0.5), 3, vm, 10.0)  # either fix alone would make it win
+    assert both["terms"] == ["a", "V"] and "ways it loses: acceptance collapse (a), verify explodes (V)" in both["text"]
     v = costmodel.diagnose(step(2.5, 60.0, 0.5), 3, vm, 10.0)  # good acceptance, verify of 4 rows = 6 H
     assert v["term"] == "V" and "V" in v["terms"] and "verify explodes (V)" in v["text"]
     d = costmodel.diagnose(step(2.5, 12.0, 40.0), 3, vm, 10.0)  # a draft model as dear as the target

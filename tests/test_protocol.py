@@ -174,6 +174,7 @@ def test_suite_check_runs_the_real_suite_at_k(engine):
     v = check("ngram", 2)
     assert v["tasks"] == 2 and len(v["off_scores"]) == 1 and len(v["on_scores"]) == 1
     assert v["within_noise"] == (v["on_median"] >= min(v["off_scores"]))
+    assert v["on_acceptance"] is not None  # the on runs really speculated
     assert SuiteCheck(engine, drafters={}, n_tasks=0, runs=1, temperature=0.7)("ngram", 1)["skipped"]
 
 
@@ -305,9 +306,15 @@ def test_a_drafter_the_replay_rules_out_is_never_measured(engine, edit_prompt):
     from labkit.decoding.drafters.ngram import NgramDrafter
     from labkit.measure import protocol as mp
 
-    predicted = pd.DataFrame([{"drafter": "ngram", "k": 1, "pred_acceptance": 0.9, "pred_exact": True,
+    predicted = pd.DataFrame([{"drafter": "lookup1", "k": 1, "pred_acceptance": 0.9, "pred_exact": True,
                                "pred_e2e_speedup": 0.5}])
-    res = mp.stepwise(engine, edit_prompt, drafters={"ngram": NgramDrafter()}, ks=[0, 1, 2], thresholds=TH, runs=1,
-                      max_tokens=8, predicted=predicted, progress=None)
-    assert list(res["steps"]["measured"]) == [False] and res["winner"]["k"] == 0
-    assert set(res["rows"]["k"]) == {0}  # only plain was run (for the tables)
+    res = mp.stepwise(engine, edit_prompt, drafters={"ngram": NgramDrafter(), "lookup1": NgramDrafter(n_min=1)},
+                      ks=[0, 1], thresholds=TH, runs=1, max_tokens=8, predicted=predicted)
+    steps = res["steps"].set_index("drafter")
+    assert not steps.loc["lookup1", "measured"] and "predicted by replay" in steps.loc["lookup1", "stop_reason"]
+    assert steps.loc["ngram", "measured"]
+    assert set(res["rows"]["drafter"]) == {"none", "ngram"}  # the ruled-out drafter never ran
+    # alone, it is measured anyway: the first step always has a measured arm
+    alone = mp.stepwise(engine, edit_prompt, drafters={"lookup1": NgramDrafter(n_min=1)}, ks=[0, 1], thresholds=TH,
+                        runs=1, max_tokens=8, predicted=predicted)
+    assert list(alone["steps"]["measured"]) == [True] and "lookup1" in set(alone["rows"]["drafter"])

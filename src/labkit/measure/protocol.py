@@ -65,8 +65,11 @@ def stepwise(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds
     for k in spec_ks:
         if not active:
             break
-        for d in list(active):
-            why = decide.predicted_failure(_pred(predicted, d, k, temp), thresholds, margin=skip_margin)
+        known = {d: decide.predicted_failure(_pred(predicted, d, k, temp), thresholds, margin=skip_margin)
+                 for d in active}
+        if step_no == 0 and all(known.values()):
+            known = {}  # never decide everything unmeasured: the first step is measured for the record
+        for d, why in known.items():
             if why:
                 steps.append(decide.unmeasured_step(d, k, why, temp))
                 active.remove(d)
@@ -107,9 +110,6 @@ def stepwise(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds
         parts.append(_measure(engine, prompts, {win["drafter"]: drafters[win["drafter"]]}, win["k"], step_no,
                               runs=runs, max_tokens=max_tokens, temperatures=tuple(others), seed=seed,
                               interleave=interleave, progress=progress))
-    if not parts:  # every drafter was decided by the replay at its first k: plain alone, for the tables
-        parts.append(k_sweep(engine, prompts, drafters={}, ks=[0], runs=runs, max_tokens=max_tokens,
-                             temperatures=(temp,), seed=seed, interleave=interleave, progress=progress))
     return {"rows": pd.concat(parts, ignore_index=True), "steps": table, "winner": win,
             "winners": decide.winners(table), "stopped": decide.stopped_text(table), "warnings": warnings,
             "temperature": temp}

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pandas as pd
+
 from labkit.suites import qc, toolsuite
 
 
@@ -52,19 +54,22 @@ class SuiteCheck:
         return cls(engine, drafters=drafters, n_tasks=n, runs=recipe.toolsuite_runs,
                    temperature=recipe.toolsuite_temperature, seed=recipe.seed, progress=progress)
 
-    def _scores(self, drafter=None, k: int = 0) -> list[float]:
+    def _runs(self, drafter=None, k: int = 0) -> list[dict]:
         return [qc.run_suite(self.engine, self.tasks, drafter=drafter, k=k, temperature=self.temperature,
-                             seed=self.seed + 1000 * (r + 1))["summary"]["score"] for r in range(self.runs)]
+                             seed=self.seed + 1000 * (r + 1)) for r in range(self.runs)]
 
     def __call__(self, drafter: str, k: int) -> dict:
         if self.skipped:
             return {"skipped": self.skipped}
         if self._off is None:
             self.say(f"protocol suite check: {len(self.tasks)} tasks x {self.runs} runs, speculation off")
-            self._off = self._scores()
+            self._off = [r["summary"]["score"] for r in self._runs()]
         self.say(f"protocol suite check: {drafter} k={k}")
-        on = self._scores(self.drafters[drafter], k)
+        runs = self._runs(self.drafters[drafter], k)
+        on = [r["summary"]["score"] for r in runs]
+        acc = pd.concat([r["rows"]["acceptance"] for r in runs]).dropna()
         v = {**qc.verdict(self._off, on), "drafter": drafter, "k": k, "tasks": len(self.tasks),
-             "off_scores": list(self._off), "on_scores": on}
+             "off_scores": list(self._off), "on_scores": on,
+             "on_acceptance": float(acc.median()) if len(acc) else None}
         self.results.append(v)
         return v
