@@ -14,13 +14,14 @@
 # ---
 
 # %% [markdown]
-# # 04 · Tool-suite quality control: speculation on vs off
+# # 04 · Tool-suite quality control: speculation on vs off, at the candidate
 #
 # The product suite (`data/toolsuite/`, tool-calling tasks scored on parse, schema, tool
-# and arguments) runs with speculation off and on at the recipe's k. Greedy outputs must
-# agree; any task that differs is listed with its first divergence and logit gap.
-# Sampled runs (seeded) give the noise band: the spread of the off runs. The verdict is
-# "within noise" or the regression in points.
+# and arguments) runs with speculation off and on at the candidate: the recipe's `n_max`
+# (written by `labkit advise --write`), else the newest sweep's stepwise-protocol winner,
+# else `toolsuite_k`. Greedy outputs must agree; any task that differs is listed with its
+# first divergence and logit gap. Sampled runs (seeded) give the noise band: the spread of
+# the off runs. The verdict is "within noise" or the regression in points.
 
 # %% tags=["parameters"]
 recipe = "default"
@@ -29,12 +30,14 @@ toolsuite_k = None
 toolsuite_runs = None
 toolsuite_temperature = None
 toolsuite_tasks = None  # None: the whole suite
+n_max = None  # the candidate k; None: the recipe's, else the newest sweep's protocol winner
 
 # %%
 import json
 
 from labkit import lab as labkit_lab
 from labkit.config import runtime
+from labkit.report import advise
 from labkit.suites import qc, toolsuite
 
 lab = labkit_lab.start(globals())
@@ -42,14 +45,23 @@ R = lab.recipe
 
 # %%
 engine = lab.engine()
-arms = {d: runtime.make_drafter(d, R, engine) for d in R.drafters}
-tasks = toolsuite.load_tasks()[: R.toolsuite_tasks]
-res = qc.control(engine, tasks, drafters=arms, k=R.toolsuite_k, runs=R.toolsuite_runs,
-                 temperature=R.toolsuite_temperature, seed=R.seed, progress=print, **lab.arms("toolsuite"))
-lab.table("toolsuite-scores", res["scores"])
-lab.table("greedy-divergences", res["divergences"])
+skip = lab.skip_if(not engine.has_tokenizer, "the model has no tokenizer (SYNTHETIC): the tool suite needs a real "
+                   "vocabulary to build prompts and parse calls")
+cand = advise.candidate(lab.client, R)
+lab.client.set_tag(lab.run_id, "toolsuite.candidate", json.dumps(cand))
+print(f"candidate: {cand['drafter']} k={cand['k']} ({cand['why']})")
 
 # %%
-lab.metrics(qc.metrics(res))
-lab.client.set_tag(lab.run_id, "toolsuite.verdict", json.dumps({n: v["verdict"] for n, v in res["verdicts"].items()}))
-lab.table("verdicts", qc.verdict_table(res))
+if not skip:
+    arms = {cand["drafter"]: runtime.make_drafter(cand["drafter"], R, engine)}
+    tasks = toolsuite.load_tasks()[: R.toolsuite_tasks]
+    res = qc.control(engine, tasks, drafters=arms, k=cand["k"], runs=R.toolsuite_runs,
+                     temperature=R.toolsuite_temperature, seed=R.seed, progress=print, **lab.arms("toolsuite"))
+    lab.table("toolsuite-scores", res["scores"])
+    lab.table("greedy-divergences", res["divergences"])
+
+# %%
+if not skip:
+    lab.metrics(qc.metrics(res))
+    lab.client.set_tag(lab.run_id, "toolsuite.verdict", json.dumps({n: v["verdict"] for n, v in res["verdicts"].items()}))
+    lab.table("verdicts", qc.verdict_table(res))

@@ -28,5 +28,6 @@ def open_engine(recipe, *, draft: bool = False, load_mtp: bool = False):
     cls = engines.get(recipe.engine)
     kw = {"n_ctx": recipe.n_ctx, "n_threads": recipe.threads, "artifact": art.describe()}
     if recipe.engine == "llama.cpp":
-        kw.update(n_gpu_layers=recipe.n_gpu_layers, load_mtp=load_mtp)
+        kw.update(n_gpu_layers=recipe.n_gpu_layers, load_mtp=load_mtp,
+                  n_cpu_moe=0 if draft else getattr(recipe, "n_cpu_moe", 0))
     return cls(art.path, **kw)

@@ -73,6 +73,18 @@ class Recipe:
     run_timeout_s: float | None = None  # the whole reproduction's limit (`--timeout` overrides); None: none
     max_busy: float | None = None  # refuse to measure when other processes take more than this
     # fraction of all CPUs (0..1, e.g. 0.2); None: measure anyway (a busy run is still tagged)
+    # The n_max protocol of notebook 02: "stepwise" steps k up from the smallest k per drafter
+    # and stops at the first step that loses end-to-end (TTLT), collapses acceptance or leaves
+    # the tool suite's band; "full" measures the whole k grid (for figures)
+    protocol: str = "stepwise"
+    protocol_min_speedup: float = 1.0  # the median e2e speedup vs plain a step must exceed
+    protocol_min_acceptance: float = 0.4  # accepted / drafted below this is a collapse: stop
+    protocol_toolsuite_tasks: int = 8  # tasks (spread over the suite) checked per step; 0: no suite check
+    # The candidate: the k (and drafter) that the tool-suite control (04) runs at, written by
+    # `labkit advise --write` from the protocol's winner; None: read the newest sweep's winner
+    n_max: int | None = None
+    n_max_drafter: str | None = None
+    n_cpu_moe: int = 0  # llama.cpp --n-cpu-moe: keep the expert tensors of the first N layers on the host
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -98,6 +110,7 @@ class Recipe:
         "engine", "model", "model_sha256", "draft_model", "draft_model_sha256", "drafters", "k", "workloads",
         "prompts_per_workload", "runs", "max_tokens", "temperatures", "seed", "threads", "n_ctx", "n_gpu_layers",
         "gate", "gate_window", "gate_probe_every", "ngram_min", "ngram_max", "interleave",
+        "protocol", "protocol_min_speedup", "protocol_min_acceptance", "n_cpu_moe",
     )
 
     @property
@@ -139,6 +152,24 @@ class Recipe:
             bad(f"interleave = {self.interleave!r}", "use interleave: random (the default) or abba")
         if any(m < 1 for m in self.verify_m):
             bad("verify_m contains a value < 1", "verify row counts start at 1")
+        if self.protocol not in ("stepwise", "full"):
+            bad(f"protocol = {self.protocol!r}", "use protocol: stepwise (the chapter's n_max protocol) or full")
+        if not 0.0 <= self.protocol_min_acceptance <= 1.0:
+            bad(f"protocol_min_acceptance = {self.protocol_min_acceptance} is outside [0, 1]",
+                "use e.g. protocol_min_acceptance: 0.4")
+        if self.protocol_min_speedup <= 0:
+            bad(f"protocol_min_speedup = {self.protocol_min_speedup}", "use e.g. 1.0 (a step must beat plain)")
+        if self.protocol_toolsuite_tasks < 0:
+            bad(f"protocol_toolsuite_tasks = {self.protocol_toolsuite_tasks}", "use 0 (no suite check) or more")
+        if self.n_max is not None and self.n_max < 0:
+            bad(f"n_max = {self.n_max}", "n_max is a draft length: 0 (disable) or more, or null")
+        if self.n_max_drafter is not None and self.n_max_drafter not in self.drafters:
+            bad(f"n_max_drafter {self.n_max_drafter!r} is not one of the recipe's drafters {self.drafters}",
+                "set n_max_drafter to one of drafters, or add it to drafters")
+        if self.n_cpu_moe < 0:
+            bad(f"n_cpu_moe = {self.n_cpu_moe}", "use 0 (experts follow n_gpu_layers) or N >= 1")
+        if self.n_cpu_moe and self.engine != "llama.cpp":
+            bad(f"n_cpu_moe is a llama.cpp setting (engine is {self.engine})", "drop n_cpu_moe for this engine")
         for key in ("model_sha256", "draft_model_sha256"):
             v = getattr(self, key)
             if v is not None and (len(v) != 64 or any(c not in "0123456789abcdef" for c in v.lower())):

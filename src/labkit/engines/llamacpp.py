@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit.engines import residency as rs
 from labkit.engines.base import Engine, EngineError
 from labkit.errors import LabkitError, missing_extra
 
@@ -26,6 +27,7 @@ FTYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q2_K": 10, "Q4_K_M": 15, "Q5_K_M": 17
 
 _LOG: deque[str] = deque(maxlen=200)  # llama.cpp's recent log lines, quoted in errors
 _log_cb = None  # keep the ctypes callback alive for the process lifetime
+_CAPTURE: list[str] | None = None  # every log line while a model loads (residency is read from it)
 _backend_ready = False
 
 
@@ -46,7 +48,10 @@ def _init_backend() -> None:
 
     @lc.llama_log_callback
     def _cb(level, text, user_data):  # noqa: ARG001
-        _LOG.append(text.decode("utf-8", "replace"))
+        line = text.decode("utf-8", "replace")
+        _LOG.append(line)
+        if _CAPTURE is not None:
+            _CAPTURE.append(line)
 
     _log_cb = _cb
     if os.environ.get("LABKIT_LLAMA_LOG") != "stderr":
@@ -165,9 +170,20 @@ class LlamaCppEngine(Engine):
         n_gpu_layers: int = 0,
         n_batch: int = 512,
         load_mtp: bool = False,
+        n_cpu_moe: int = 0,
         artifact: dict | None = None,
     ):
+        global _CAPTURE
         _init_backend()
+        _CAPTURE = []
+        try:
+            self._load(model_path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=n_batch,
+                       load_mtp=load_mtp, n_cpu_moe=n_cpu_moe, artifact=artifact)
+        finally:
+            self.load_log, _CAPTURE = "".join(_CAPTURE), None
+        self.residency = self._residency()
+
+    def _load(self, model_path, *, n_ctx, n_threads, n_gpu_layers, n_batch, load_mtp, n_cpu_moe, artifact):
         lc = self._lc = _lib()
         self.model_path = str(model_path)
         if not Path(self.model_path).is_file():
@@ -176,9 +192,13 @@ class LlamaCppEngine(Engine):
         self.n_gpu_layers = n_gpu_layers
         self.load_mtp = load_mtp
         self.artifact = artifact or {}
+        self.n_cpu_moe = n_cpu_moe
         mp = lc.llama_model_default_params()
         mp.n_gpu_layers = n_gpu_layers
         mp.load_mtp = load_mtp
+        if n_cpu_moe:
+            self._overrides = _expert_overrides(n_cpu_moe)  # kept alive: llama.cpp reads the patterns at load
+            mp.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
         self.model = lc.llama_model_load_from_file(self.model_path.encode(), mp)
         if not self.model:
             raise EngineError(
@@ -186,6 +206,20 @@ class LlamaCppEngine(Engine):
                 "check that the file is a complete GGUF for an architecture this llama.cpp supports "
                 "(rebuild zoo models with `labkit models --rebuild NAME`)",
             )
+        self.n_expert = int(self.meta("{arch}.expert_count") or 0)
+        problem = None
+        if n_cpu_moe and not self.n_expert:
+            problem = LabkitError(f"n_cpu_moe = {n_cpu_moe} asks to keep experts on the host, but "
+                                  f"{Path(self.model_path).name} is a dense model (no {self.meta('general.architecture')}"
+                                  ".expert_count)", "drop n_cpu_moe from the recipe (use n_gpu_layers for dense models)")
+        elif load_mtp and not int(lc.llama_model_n_layer_nextn(self.model)):
+            problem = LabkitError(f"the recipe's drafters include 'mtp', but {Path(self.model_path).name} has no "
+                                  "MTP (nextn) layers", "drop 'mtp' from drafters, or use a model with nextn layers "
+                                  "(e.g. the zoo's synthetic-mtp, or a GLM-4.5 / DeepSeek-V3 / Qwen3.5 GGUF with them)")
+        if problem:
+            lc.llama_model_free(self.model)
+            self.model = None
+            raise problem
         self.vocab = lc.llama_model_get_vocab(self.model)
         self.tok = LlamaVocab(lc, self.vocab)
         self.n_vocab = self.tok.n_vocab
@@ -291,18 +325,38 @@ class LlamaCppEngine(Engine):
         return self.tok.token_text(token)
 
     # -- provenance -------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value of the loaded model; ``{arch}`` expands to its architecture."""
+        lc = self._lc
+        if "{arch}" in key:
+            key = key.format(arch=self.meta("general.architecture"))
+        buf = ctypes.create_string_buffer(512)
+        n = lc.llama_model_meta_val_str(self.model, key.encode(), buf, 512)
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def _residency(self) -> dict:
+        info = build_info()
+        asked = {"n_gpu_layers": self.n_gpu_layers, "n_cpu_moe": self.n_cpu_moe}
+        apple = sys.platform == "darwin" and any(m in info["system_info"] for m in ("Metal", "MTL"))
+        res = rs.residency(asked, rs.parse_load_log(self.load_log), gpu_offload=info["gpu_offload_supported"],
+                           apple=apple, moe=self.n_expert > 0)
+        n_layer = self._lc.llama_model_n_layer(self.model)
+        on_acc = min(res["placed"]["layers_offloaded"] or 0, n_layer)  # the output layer is counted apart
+        res.update(layers_on_accelerator=on_acc, layers_on_host=n_layer - on_acc)
+        return res
+
     def describe(self) -> dict:
         lc = self._lc
         buf = ctypes.create_string_buffer(256)
         lc.llama_model_desc(self.model, buf, 256)
         n_layer = lc.llama_model_n_layer(self.model)
-        offload = build_info()["gpu_offload_supported"]
-        on_acc = min(self.n_gpu_layers if self.n_gpu_layers >= 0 else n_layer, n_layer) if offload else 0
         return {
             "engine": self.name,
             "build": build_info(),
             "threads": self.n_threads,
             "n_gpu_layers": self.n_gpu_layers,
+            "n_cpu_moe": self.n_cpu_moe,
+            "n_expert": self.n_expert,
             "n_ctx": self.n_ctx,
             "n_batch": self.n_batch,
             "swa_full": True,
@@ -313,11 +367,7 @@ class LlamaCppEngine(Engine):
             "n_layer": n_layer,
             "n_vocab": self.n_vocab,
             "model": self.artifact,
-            "residency": {
-                "layers_on_accelerator": on_acc,
-                "layers_on_host": n_layer - on_acc,
-                "note": "all weights and KV on the host" if on_acc == 0 else "partial/full offload as requested",
-            },
+            "residency": self.residency,
         }
 
     def close(self) -> None:
@@ -337,6 +387,31 @@ class LlamaCppEngine(Engine):
             self.close()
         except Exception:
             pass
+
+
+def _expert_overrides(n_cpu_moe: int):
+    """A NULL-terminated ``llama_model_tensor_buft_override[]`` putting the expert tensors of
+    layers 0..n-1 in the CPU buffer type: what llama.cpp's ``--n-cpu-moe N`` builds (common.h)."""
+
+    class Override(ctypes.Structure):
+        _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+    lib = _ggml_cpu()
+    lib.ggml_backend_cpu_buffer_type.restype = ctypes.c_void_p
+    buft = lib.ggml_backend_cpu_buffer_type()
+    patterns = rs.expert_patterns(n_cpu_moe)
+    arr = (Override * (len(patterns) + 1))(*[Override(p.encode(), buft) for p in patterns], Override(None, None))
+    return arr
+
+
+def _ggml_cpu():
+    """ggml's CPU backend library, shipped beside libllama in the llama_cpp package."""
+    lib_dir = Path(_lib().__file__).parent / "lib"
+    for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll", "libggml.so", "libggml.dylib"):
+        if (lib_dir / name).exists():
+            return ctypes.CDLL(str(lib_dir / name))
+    raise EngineError(f"ggml's CPU backend library is not in {lib_dir}",
+                      "reinstall llama-cpp-python (make setup), or drop n_cpu_moe from the recipe")
 
 
 def quantize(src: Path, dst: Path, *, ftype: str, threads: int | None = None) -> dict:

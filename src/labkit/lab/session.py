@@ -98,11 +98,18 @@ class Lab:
     def cite(self, part: str | None = None) -> str:
         return (self.id.child(part) if part else self.id).cite
 
-    def engine(self, *, draft: bool = False, load_mtp: bool = False):
-        """Open the recipe's engine and tag the run with its build, flags and model."""
-        from labkit.config.runtime import open_engine
+    def engine(self, *, draft: bool = False, load_mtp: bool | None = None):
+        """Open the recipe's engine and tag the run with its build, flags, model and residency.
+        The target opens with the MTP context whenever the recipe's drafters need it
+        (``load_mtp=None``), so every notebook can run ``mtp``."""
+        from labkit.config.runtime import open_engine, open_target
 
-        e = open_engine(self.recipe, draft=draft, load_mtp=load_mtp)
+        if draft:
+            e = open_engine(self.recipe, draft=True, load_mtp=bool(load_mtp))
+        elif load_mtp is None:
+            e = open_target(self.recipe)
+        else:
+            e = open_engine(self.recipe, load_mtp=load_mtp)
         desc = e.describe()
         prefix = "draft." if draft else ""
         if not draft:
@@ -112,6 +119,15 @@ class Lab:
                               for k, v in runtags.engine_tags(desc).items()])
         self._mlflow(lambda: tracking.log_json(self.client, self.run_id, desc, f"{prefix}engine.json"))
         return e
+
+    def skip_if(self, condition: bool, reason: str) -> bool:
+        """When ``condition`` holds, record that the rest of this notebook does not apply and why
+        (run tag ``lab.skipped``, the journal, stdout); the notebook's later cells check the result."""
+        if condition:
+            print(f"SKIPPED: {reason}")
+            self._journal({"type": "skipped", "reason": reason})
+            self._mlflow(lambda: self.client.set_tag(self.run_id, "lab.skipped", reason[:5000]))
+        return bool(condition)
 
     def metric(self, name: str, value: float, *, lo: float | None = None, hi: float | None = None,
                step: int | None = None) -> float:

@@ -59,7 +59,7 @@ def power_runs(engine, prompts, *, drafter, k: int, runs: int = 3, max_tokens: i
             rows.append(got[0])
             restored_any = True
         else:
-            ids = ids_of.setdefault(p.id, engine.tokenize(p.text))
+            ids = ids_of.setdefault(p.id, list(p.ids) if getattr(p, "ids", None) else engine.tokenize(p.text))  # SYNTHETIC prompts carry ids
             if restored_any and not warmed:  # resuming: one unmeasured window warms the engine again
                 decode_window(engine, ids, max_tokens=max_tokens, seed=seed, **measure_kw)
                 warmed = True

@@ -84,7 +84,7 @@ def k_sweep(
     restored_any, warmed = False, False
     ids_of = {}
     for i, (p, temp, r, ordered) in enumerate(schedule):
-        ids = ids_of.setdefault(p.id, engine.tokenize(p.text))
+        ids = ids_of.setdefault(p.id, list(p.ids) if getattr(p, "ids", None) else engine.tokenize(p.text))  # SYNTHETIC prompts carry ids
         s = seed + r if temp > 0 else seed
         for name, k in ordered:
             akey = arm_key(p, temp, r, name, k)

@@ -224,3 +224,30 @@ def plot_arch_contrast(data: pd.DataFrame, *, title: str = "verify(m): dense vs 
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig, g
+
+
+@register("replay_vs_measured")
+def plot_replay_vs_measured(data: pd.DataFrame, *, title: str = "replay prediction vs measured, per k (greedy)"):
+    """Per drafter: predicted e2e speedup and acceptance for every k (lines, from the replay of
+    one plain run), measured ones where the protocol ran the arm (points, min-max bars)."""
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.0))
+    cols = ["drafter", "k", "pred_e2e_speedup", "pred_acceptance", "e2e_speedup", "e2e_speedup_min",
+            "e2e_speedup_max", "acceptance"]
+    d = data.reindex(columns=cols).sort_values(["drafter", "k"])
+    for i, (name, g) in enumerate(d.groupby("drafter")):
+        c = f"C{i}"
+        m = g[g["e2e_speedup"].notna()]
+        axes[0].plot(g["k"], g["pred_e2e_speedup"], "-", color=c, label=f"{name} predicted")
+        axes[0].errorbar(m["k"], m["e2e_speedup"], yerr=[m["e2e_speedup"] - m["e2e_speedup_min"],
+                                                         m["e2e_speedup_max"] - m["e2e_speedup"]],
+                         fmt="o", color=c, capsize=3, label=f"{name} measured")
+        axes[1].plot(g["k"], g["pred_acceptance"], "-", color=c, label=f"{name} replayed")
+        axes[1].plot(m["k"], m["acceptance"], "o", color=c, label=f"{name} measured")
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[0].set(xlabel="k (draft length)", ylabel="end-to-end speedup vs plain")
+    axes[1].set(xlabel="k (draft length)", ylabel="acceptance (accepted / drafted)", ylim=(0, 1.05))
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig, d.reset_index(drop=True)

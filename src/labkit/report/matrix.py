@@ -11,7 +11,7 @@ import json
 import pandas as pd
 
 from labkit.errors import LabkitError
-from labkit.report.queries import latest_per_recipe, load_table, run_host
+from labkit.report.queries import NO_DATA, latest_per_recipe, load_table, run_host
 
 
 def _cell_text(row) -> str:
@@ -40,9 +40,7 @@ def results_matrix(c, *, workload: str = "all", temperature: float = 0.0) -> pd.
             continue
         tags = run.data.tags
         res = json.loads(tags.get("residency", "null") or "null") or {}
-        spill = ("none: all on host" if res.get("layers_on_accelerator", 0) == 0 else
-                 f"{res.get('layers_on_host')} of {res.get('layers_on_host', 0) + res.get('layers_on_accelerator', 0)} "
-                 "layers on host")
+        spill = res.get("label") or NO_DATA.format(why="the engine did not report residency (an older run)")
         agg = cells.groupby(["drafter", "k"]).agg(tok_s=("tok_s", "median"), speedup=("speedup", "median"),
                                                    acceptance=("acceptance", "median")).reset_index()
         base = agg[agg["k"] == 0]["tok_s"].median()

@@ -12,10 +12,16 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from labkit.errors import LabkitError
 from labkit.paths import data_dir
 
 WORKLOADS = ("edit", "prose_en", "prose_zh", "code", "tool_json")
+# SYNTHETIC: random token ids, for models without a tokenizer (the synthetic cost models);
+# they price the steps (cost is real), their acceptance means nothing
+SYNTHETIC_IDS = "synthetic_ids"
+SYNTHETIC_PROMPT_TOKENS = 48
 _REQUIRED = ("id", "prompt", "source")
 _OPTIONAL = ("note",)
 
@@ -29,6 +35,7 @@ class Prompt:
     text: str
     source: str
     note: str = ""
+    ids: tuple[int, ...] | None = None  # token ids to feed as they are (SYNTHETIC prompts); None: tokenize text
 
 
 def workload_path(name: str) -> Path:
@@ -109,6 +116,35 @@ def load_prompt_file(path: str | Path) -> Prompt:
         return _read_jsonl(path, workload="file", first_only=True)[0]
     raise LabkitError(f"unsupported prompt file {path.name!r}",
                       "use a .txt file (one prompt) or a .jsonl file (its first record is used)")
+
+
+def synthetic_prompts(n_vocab: int, *, n: int, seed: int = 0, length: int = SYNTHETIC_PROMPT_TOKENS) -> list[Prompt]:
+    """``n`` SYNTHETIC prompts of random token ids in [0, n_vocab), seeded: cost only."""
+    rng = np.random.default_rng(seed)
+    return [Prompt(id=f"{SYNTHETIC_IDS}-{i + 1:02d}", workload=SYNTHETIC_IDS, text="",
+                   source=f"SYNTHETIC: random token ids, seed {seed}", note="cost real, acceptance meaningless",
+                   ids=tuple(int(t) for t in rng.integers(0, n_vocab, length))) for i in range(n)]
+
+
+def prompts_for(engine, workloads: list[str], *, limit: int | None = None, seed: int = 0) -> list[Prompt]:
+    """The prompts of ``workloads`` for ``engine``: text workloads need a tokenizer;
+    ``synthetic_ids`` gives SYNTHETIC token-id prompts (a model without a tokenizer needs them)."""
+    has_tok = getattr(engine, "has_tokenizer", True)
+    out = []
+    for w in workloads:
+        if w == SYNTHETIC_IDS:
+            out += synthetic_prompts(engine.n_vocab, n=limit or 1, seed=seed)
+        elif not has_tok:
+            raise LabkitError(f"workload {w!r} is text, but the model has no tokenizer (a SYNTHETIC model)",
+                              f"use workloads: [{SYNTHETIC_IDS}] in the recipe for this model")
+        else:
+            out += load_workload(w, limit=limit)
+    return out
+
+
+def prompt_ids(engine, prompt: Prompt) -> list[int]:
+    """What the model is fed: the prompt's own ids (SYNTHETIC), else its text tokenized."""
+    return list(prompt.ids) if prompt.ids is not None else engine.tokenize(prompt.text)
 
 
 def all_workloads(*, limit: int | None = None) -> dict[str, list[Prompt]]:
