@@ -23,6 +23,7 @@ from labkit.provenance import fingerprint, runtags, tracking
 from labkit.provenance.drift import compare_with_previous
 from labkit.provenance.sync import apply_close
 
+
 def notebooks_dir() -> Path:
     """``$LABKIT_NOTEBOOKS`` or the project's notebooks/."""
     env = os.environ.get("LABKIT_NOTEBOOKS")
