@@ -19,6 +19,7 @@ COMMANDS = {
     "toolsuite": "Tool-calling quality control, speculation on vs off",
     "power": "Energy and CPU time per token, k=0 vs a speculative k",
     "ui": "Start the MLflow UI on loopback",
+    "server": "Build llama.cpp's llama-server from the wheel's sources (cached per machine)",
 }
 
 
