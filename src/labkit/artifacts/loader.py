@@ -23,11 +23,12 @@ def resolve_model(recipe, *, draft: bool = False):
 
 
 def open_engine(recipe, *, draft: bool = False, load_mtp: bool = False, n_seq_max: int = 1,
-                n_ctx: int | None = None):
+                n_ctx: int | None = None, kv_unified: bool = True):
     """Load the recipe's target (or draft) model on the recipe's engine.
 
     ``n_seq_max`` > 1 opens a llama.cpp context of that many sequences (the multi-slot
-    loop), each holding ``n_ctx`` positions (default: the recipe's n_ctx).
+    loop) with room for ``n_ctx`` positions each (default: the recipe's n_ctx), in one
+    unified KV buffer unless ``kv_unified`` is False (see ``engines.llamacpp``).
     """
     art = resolve_model(recipe, draft=draft)
     cls = engines.get(recipe.engine)
@@ -41,5 +42,5 @@ def open_engine(recipe, *, draft: bool = False, load_mtp: bool = False, n_seq_ma
     if recipe.engine == "llama.cpp":
         kw.update(n_gpu_layers=recipe.n_gpu_layers, load_mtp=load_mtp)
         if n_seq_max > 1:
-            kw.update(n_seq_max=n_seq_max)
+            kw.update(n_seq_max=n_seq_max, kv_unified=kv_unified)
     return cls(art.path, **kw)

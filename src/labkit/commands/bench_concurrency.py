@@ -10,8 +10,6 @@ serve:       llama.cpp's own llama-server (built from the wheel's sources on fir
 
 from __future__ import annotations
 
-import math
-
 from labkit.analysis import batchcost
 from labkit.analysis import concurrency as ctable
 from labkit.commands import progress
@@ -34,6 +32,8 @@ def add_parsers(sub, common) -> None:
                        help="requests per run, cycling through the prompts (default: max(c, prompts))")
         p.add_argument("--max-tokens", type=int, default=None)
         p.add_argument("--runs", type=int, default=1, help="interleaved rounds over all (c, k) arms (default 1)")
+        p.add_argument("--no-kv-unified", dest="kv_unified", action="store_false",
+                       help="one KV stream per slot instead of one unified KV buffer (llama-server's -np default)")
         if name == "concurrency":
             p.add_argument("--drafter", default="ngram", choices=CONCURRENCY_DRAFTERS)
             p.add_argument("--no-lossless", action="store_true", help="skip the per-stream lossless check")
@@ -67,34 +67,18 @@ def parse_args(args, recipe, parse_int_list) -> dict:
     return {"cs": cs, "ks": ks, "prompts": prompts, "max_tokens": args.max_tokens or recipe.max_tokens}
 
 
-def n_ctx_per_seq(ids, max_tokens: int, ks, recipe) -> int:
-    """Positions one sequence needs (longest prompt + max_tokens + k), rounded up to 256."""
-    need = max(len(p) for p in ids) + max_tokens + max(ks) + 8
-    per = 256 * math.ceil(need / 256)
-    if per > recipe.n_ctx:
-        raise LabkitError(f"a stream needs {need} positions but the recipe's n_ctx is {recipe.n_ctx}",
-                          "lower --max-tokens or raise n_ctx in the recipe")
-    return per
-
-
 def run_concurrency(args, recipe, opts) -> dict:
     from labkit.config import runtime
     from labkit.measure import concurrency
 
-    from labkit.engines.llamacpp import LlamaVocab
-
-    vocab = LlamaVocab.load(runtime.resolve_model(recipe).path)
-    try:
-        ids = [vocab.tokenize(p.text) for p in opts["prompts"]]
-    finally:
-        vocab.close()
-    per = n_ctx_per_seq(ids, opts["max_tokens"], opts["ks"], recipe)
+    ids = concurrency.tokenize(recipe, [p.text for p in opts["prompts"]])
+    per = concurrency.n_ctx_per_seq(ids, max_tokens=opts["max_tokens"], ks=opts["ks"], n_ctx=recipe.n_ctx)
     progress(f"loading {recipe.model} with {max(opts['cs'])} sequences of {per} positions")
-    engine = runtime.open_engine(recipe, n_seq_max=max(opts["cs"]), n_ctx=per)
+    engine = runtime.open_engine(recipe, n_seq_max=max(opts["cs"]), n_ctx=per, kv_unified=args.kv_unified)
     try:
         res = concurrency.bench_concurrency(
             engine, ids, cs=opts["cs"], ks=opts["ks"], drafter_name=args.drafter,
-            make_drafter=lambda: runtime.make_drafter(args.drafter, recipe, engine), runs=args.runs,
+            make_drafter=concurrency.drafter_factory(recipe, engine, args.drafter), runs=args.runs,
             n_requests=args.requests, max_tokens=opts["max_tokens"], seed=recipe.seed,
             interleave=recipe.interleave, check_lossless=not args.no_lossless, progress=progress)
         res["engine_describe"] = engine.describe()
@@ -119,23 +103,19 @@ def run_concurrency(args, recipe, opts) -> dict:
 def run_serve(args, recipe, opts) -> dict:
     from labkit.artifacts import server_build
     from labkit.config import runtime
-    from labkit.engines.llamacpp import LlamaVocab
-    from labkit.measure import serve
+    from labkit.measure import concurrency, serve
 
     info = server_build.build(progress=progress)  # cached after the first time
     model = runtime.resolve_model(recipe)
     draft = runtime.resolve_model(recipe, draft=True).path if args.spec_type == "draft-simple" else None
-    vocab = LlamaVocab.load(model.path)
-    try:
-        ids = [vocab.tokenize(p.text) for p in opts["prompts"]]
-    finally:
-        vocab.close()
-    per = n_ctx_per_seq(ids, opts["max_tokens"], opts["ks"], recipe)
+    ids = concurrency.tokenize(recipe, [p.text for p in opts["prompts"]])
+    per = concurrency.n_ctx_per_seq(ids, max_tokens=opts["max_tokens"], ks=opts["ks"], n_ctx=recipe.n_ctx)
     res = serve.bench_serve(info["path"], str(model.path), ids, cs=opts["cs"], ks=opts["ks"],
                             spec_type=args.spec_type, draft_model=str(draft) if draft else None,
                             threads=recipe.threads or 2, n_ctx_per_slot=per, runs=args.runs,
                             n_requests=args.requests, max_tokens=opts["max_tokens"], seed=recipe.seed,
-                            interleave=recipe.interleave, deadline_s=args.deadline, progress=progress)
+                            interleave=recipe.interleave, deadline_s=args.deadline, kv_unified=args.kv_unified,
+                            progress=progress)
     res["server_build"] = info
     res["model"] = model.describe()
     res["workload"] = args.workload

@@ -8,7 +8,12 @@ back with ``llama_memory_seq_rm``.
 
 Several sequences (``n_seq_max`` > 1) serve the multi-slot loop: ``decode_seqs`` puts
 rows of several sequence ids in one batch, ``seq_rollback`` rolls one sequence back and
-leaves the others alone. The single-sequence API works on sequence 0.
+leaves the others alone. The single-sequence API works on sequence 0. Use a unified KV
+buffer (``kv_unified=True``) for them: with one KV stream per sequence llama.cpp splits
+a batch into "equal" micro-batches (the same number of rows from each sequence, and only
+consecutive sequence ids together), so a step whose streams verify 4, 1 and 3 rows runs
+as 4 forward passes instead of one. Unified, the batch is one pass and each row attends
+over the shared buffer under its sequence's mask.
 """
 
 from __future__ import annotations
@@ -201,8 +206,9 @@ class LlamaCppEngine(Engine):
         cp.n_ctx = n_ctx
         cp.n_batch = self.n_batch
         cp.n_ubatch = self.n_batch
-        # n_seq_max > 1: one KV stream per sequence (kv_unified=False, llama-server's default),
-        # each holding n_ctx / n_seq_max positions (rounded to 256 by llama.cpp)
+        # n_seq_max > 1: kv_unified=False gives one KV stream per sequence (llama-server's
+        # default for -np N), each of n_ctx / n_seq_max positions (rounded to 256);
+        # kv_unified=True one buffer of n_ctx positions shared by all (see the module doc)
         if not 1 <= n_seq_max <= 64:
             raise LabkitError(f"n_seq_max = {n_seq_max}", "use 1..64 sequences")
         self.n_seq_max = n_seq_max

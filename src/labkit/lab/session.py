@@ -71,11 +71,12 @@ class Lab:
     def cite(self, part: str | None = None) -> str:
         return (self.id.child(part) if part else self.id).cite
 
-    def engine(self, *, draft: bool = False, load_mtp: bool = False):
-        """Open the recipe's engine and tag the run with its build, flags and model."""
+    def engine(self, *, draft: bool = False, load_mtp: bool = False, **kw):
+        """Open the recipe's engine and tag the run with its build, flags and model
+        (``kw``: ``n_seq_max``, ``n_ctx`` per sequence, for the multi-slot loop)."""
         from labkit.config.runtime import open_engine
 
-        e = open_engine(self.recipe, draft=draft, load_mtp=load_mtp)
+        e = open_engine(self.recipe, draft=draft, load_mtp=load_mtp, **kw)
         desc = e.describe()
         prefix = "draft." if draft else ""
         self._mlflow(lambda: [self.client.set_tag(self.run_id, prefix + k, str(v)[:5000])

@@ -21,6 +21,7 @@ batched kernels is lossless, anything else is not).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -89,6 +90,41 @@ def run_stats(records: Sequence[StreamRecord]) -> dict:
         "rows_per_step": float(np.mean([s["rows"] for s in steps])) if steps else None,
         "streams_per_step": float(np.mean([s["streams"] for s in steps])) if steps else None,
     }
+
+
+def tokenize(recipe, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of ``texts`` with the recipe model's own vocabulary (no weights loaded)."""
+    from labkit.artifacts.loader import resolve_model
+    from labkit.engines.llamacpp import LlamaVocab
+
+    vocab = LlamaVocab.load(resolve_model(recipe).path)
+    try:
+        return [vocab.tokenize(t) for t in texts]
+    finally:
+        vocab.close()
+
+
+def n_ctx_per_seq(prompts: Sequence[Sequence[int]], *, max_tokens: int, ks: Sequence[int], n_ctx: int) -> int:
+    """Positions one sequence needs (longest prompt + max_tokens + k), rounded up to 256,
+    so c sequences cost c times that much KV cache, not c times the recipe's n_ctx."""
+    need = max(len(p) for p in prompts) + max_tokens + max(ks) + 8
+    per = 256 * math.ceil(need / 256)
+    if per > n_ctx:
+        raise LabkitError(f"a stream needs {need} positions but the recipe's n_ctx is {n_ctx}",
+                          "lower max_tokens or raise n_ctx in the recipe")
+    return per
+
+
+def drafter_factory(recipe, engine, name: str = "ngram") -> Callable[[], Drafter]:
+    """One new drafter per slot, from the registry (drafters that need the target's MTP
+    context cannot share one context between streams)."""
+    from labkit.config import runtime
+    from labkit.decoding import drafters
+
+    if drafters.get(name).mtp_context:
+        raise LabkitError(f"drafter {name!r} needs the target's own MTP context, one per stream",
+                          "re-bench concurrency with --drafter ngram")
+    return lambda: runtime.make_drafter(name, recipe, engine)
 
 
 def make_requests(prompts: Sequence[Sequence[int]], n: int, *, max_tokens: int,

@@ -54,6 +54,13 @@ class ServerError(LabkitError):
         self.log_tail = log_tail
 
 
+def ensure_built(progress: Progress = None) -> dict:
+    """The cached llama-server build for this machine, built first if there is none (minutes)."""
+    from labkit.artifacts import server_build
+
+    return server_build.build(progress=progress)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -61,12 +68,17 @@ def free_port() -> int:
 
 
 def server_args(*, model: str, port: int, c: int, n_ctx_per_slot: int, threads: int, spec_type: str | None = None,
-                k: int = 0, draft_model: str | None = None) -> list[str]:
-    """llama-server's flags for one arm (k = 0 or no spec type: plain)."""
+                k: int = 0, draft_model: str | None = None, kv_unified: bool = True) -> list[str]:
+    """llama-server's flags for one arm (k = 0 or no spec type: plain).
+
+    The KV layout is labkit's engine's: a full-size SWA cache and, by default, one unified
+    KV buffer (``--kv-unified``; llama-server's own default for ``-np N`` is one stream per
+    slot, whose equal-split micro-batches make ragged speculative batches cost several
+    passes, see ``engines.llamacpp``). No prompt cache: every request prefills.
+    """
     args = ["-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-np", str(c),
             "-c", str(n_ctx_per_slot * c), "-t", str(threads), "-tb", str(threads),
-            # as labkit's engine: full-size SWA cache, one KV stream per slot, no prompt cache
-            "--swa-full", "--no-kv-unified", "--cache-ram", "0", "--no-webui"]
+            "--swa-full", "--kv-unified" if kv_unified else "--no-kv-unified", "--cache-ram", "0", "--no-webui"]
     if spec_type and k > 0:
         if spec_type not in SPEC_TYPES:
             raise LabkitError(f"unknown spec type {spec_type!r}", f"use one of {', '.join(SPEC_TYPES)}")
@@ -291,6 +303,7 @@ def bench_serve(
     interleave: str = order.DEFAULT_POLICY,
     deadline_s: float = 600.0,
     health_timeout_s: float = HEALTH_TIMEOUT_S,
+    kv_unified: bool = True,
     progress: Progress = None,
 ) -> dict:
     """Spec off vs on at each c on llama-server, arms interleaved; rows like labkit's."""
@@ -304,7 +317,7 @@ def bench_serve(
         for c, k in order.arm_order(arms, r, policy=interleave, seed=seed):
             port = free_port()
             args = server_args(model=model, port=port, c=c, n_ctx_per_slot=n_ctx_per_slot, threads=threads,
-                               spec_type=spec_type, k=k, draft_model=draft_model)
+                               spec_type=spec_type, k=k, draft_model=draft_model, kv_unified=kv_unified)
             srv = Server(binary, args, port=port, health_timeout_s=health_timeout_s)
             try:
                 with srv:
@@ -325,7 +338,7 @@ def bench_serve(
         b = base[row["c"]]["agg_tok_s"]
         row["speedup"] = row["agg_tok_s"] / b if min(ks) == 0 and b and row["agg_tok_s"] else None
     return {"kind": "serve", "engine": "llama-server", "binary": binary, "cs": cs, "ks": ks, "spec_type": spec_type,
-            "runs": runs, "requests": n, "max_tokens": max_tokens, "threads": threads,
+            "runs": runs, "requests": n, "max_tokens": max_tokens, "threads": threads, "kv_unified": kv_unified,
             "interleave": order.describe(interleave, seed), "rows": rows,
             "outputs": {f"c{c}_k{k}": v for (c, k), v in outputs.items()},
             "request_prompts": [i % len(prompts) for i in range(n)]}
