@@ -23,7 +23,7 @@ import numpy as np
 from labkit.analysis.stats import spread
 from labkit.artifacts import zoo
 from labkit.decoding.drafters.ngram import NgramDrafter
-from labkit.engines.llamacpp import LlamaCppEngine
+from labkit.engines.llamacpp import LlamaCppEngine, LlamaVocab
 from labkit.measure import concurrency, order, serve
 from labkit.provenance import fingerprint
 from labkit.suites.workloads import load_workload
@@ -49,12 +49,12 @@ def main() -> None:
     texts = [p.text for p in load_workload(args.workload, limit=args.prompts)]
     eng = None
     try:
-        probe = LlamaCppEngine(art.path, n_ctx=512, n_threads=args.threads)
-        ids = [probe.tokenize(t) for t in texts]
-        probe.close()
+        vocab = LlamaVocab.load(art.path)
+        ids = [vocab.tokenize(t) for t in texts]
+        vocab.close()
         per = concurrency.n_ctx_per_seq(ids, max_tokens=args.max_tokens, ks=ks, n_ctx=8192)
-        eng = LlamaCppEngine(art.path, n_ctx=per * max(cs), n_seq_max=max(cs), n_threads=args.threads,
-                             artifact=art.describe())
+        eng = LlamaCppEngine(art.path, n_ctx=per * max(cs), n_seq_max=max(cs), kv_unified=True,
+                             n_threads=args.threads, artifact=art.describe())
         agg: dict[tuple, list[float]] = {}
         accept: dict[tuple, list] = {}
         for r in range(args.rounds):

@@ -12,10 +12,10 @@ import pytest
 
 from labkit.analysis import batchcost
 from labkit.analysis import concurrency as ctable
-from labkit.analysis.lossless import divergence_report
+from labkit.analysis.lossless import MAX_NEAR_TIE, divergence_report
 from labkit.decoding.drafters.ngram import NgramDrafter
 from labkit.decoding.loop import run, tokens_of
-from labkit.decoding.multislot import Request, by_stream, run_many
+from labkit.decoding.multislot import Request, by_stream, generate_many, run_many
 from labkit.engines.llamacpp import LlamaCppEngine
 from labkit.errors import LabkitError
 from labkit.measure import concurrency
@@ -73,11 +73,15 @@ def test_each_stream_is_its_own_single_stream_output(multi, engine, prompts, ref
 
 def test_rollback_of_one_stream_leaves_the_others(multi, prompts):
     """Two runs of the same batches on sequences 0 and 1; in the second, sequence 0's junk
-    drafts are rolled back before sequence 1 decodes on: sequence 1 must not notice."""
+    drafts are rolled back before sequence 1 decodes on: sequence 1 must not notice.
+
+    In the unified KV buffer the freed cells change where sequence 1's next cells land,
+    and so the order in which attention sums them: logits move by kernel noise (well under
+    MAX_NEAR_TIE), the greedy continuation does not. Losing sequence 1's cells would."""
     a, b = prompts[0][:40], prompts[1]
     assert len(a) < len(b)  # the rollback point lies inside sequence 1's positions
 
-    def go(rollback: bool) -> np.ndarray:
+    def go(rollback: bool):
         multi.seq_clear()
         multi.seq_prefill(0, a)
         multi.seq_prefill(1, b)
@@ -85,18 +89,21 @@ def test_rollback_of_one_stream_leaves_the_others(multi, prompts):
         t = multi.argmax(-1)
         off = multi.decode_seqs([(0, [a[-1], 7, 8, 9]), (1, [t])])
         assert off == [0, 4]
-        t2 = int(multi.argmax_rows()[4])
+        toks = [int(multi.argmax_rows()[4])]
         if rollback:
             multi.seq_rollback(0, base0 + 1)
             assert multi.seq_n_past == [base0 + 1, len(b) + 1, 0, 0]
-        multi.decode_seqs([(1, [t2])])
-        out = np.array(multi.logits(0))
+        first = None
+        for _ in range(6):
+            multi.decode_seqs([(1, [toks[-1]])])
+            first = np.array(multi.logits(0)) if first is None else first
+            toks.append(int(multi.argmax_rows()[0]))
         multi.seq_clear()
-        return out
+        return first, toks
 
-    kept, rolled = go(False), go(True)
-    assert int(np.argmax(rolled)) == int(np.argmax(kept))
-    assert np.abs(rolled - kept).max() < 1e-4
+    (kept, kept_toks), (rolled, rolled_toks) = go(False), go(True)
+    assert rolled_toks == kept_toks
+    assert np.abs(rolled - kept).max() < MAX_NEAR_TIE
 
 
 def test_a_stream_finishing_early_hands_its_slot_to_the_next(multi, engine, prompts, refs):
@@ -116,14 +123,14 @@ def test_a_stream_finishing_early_hands_its_slot_to_the_next(multi, engine, prom
         assert divergence_report(engine, prompts[i % 3], want, tokens_of(s[i]))["lossless"], i
 
 
-def test_refuses_what_it_cannot_do(multi, prompts):
-    reqs = [Request(prompt=prompts[0], max_tokens=4)]
-    with pytest.raises(LabkitError, match="n_seq_max"):
-        run_many(multi, reqs, c=N_SEQ + 1)
-    with pytest.raises(LabkitError, match="needs a drafter"):
-        run_many(multi, reqs, c=1, k=2)
-    with pytest.raises(LabkitError, match="positions"):
-        run_many(multi, [Request(prompt=prompts[0], max_tokens=PER_SEQ * N_SEQ)], c=1)
+def test_refuses_what_it_cannot_do_before_decoding(multi, prompts):
+    """Bad requests fail on the first next(), before any stream is admitted (no record)."""
+    ok = [Request(prompt=prompts[0], max_tokens=4)]
+    too_long = [Request(prompt=prompts[0], max_tokens=PER_SEQ * N_SEQ)]
+    for reqs, kw, what in ((ok, {"c": N_SEQ + 1}, "n_seq_max"), (ok, {"c": 1, "k": 2}, "needs a drafter"),
+                           (too_long, {"c": 1}, "positions")):
+        with pytest.raises(LabkitError, match=what):
+            next(generate_many(multi, reqs, **kw))
 
 
 def test_bench_concurrency_rows_and_batch_cost(multi, prompts):

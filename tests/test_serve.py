@@ -15,6 +15,7 @@ import time
 import pytest
 
 from labkit.artifacts import server_build
+from labkit.decoding.loop import run, tokens_of
 from labkit.measure import concurrency, serve
 from labkit.suites.workloads import load_workload
 
@@ -101,7 +102,54 @@ def test_spec_off_and_on_match_labkit_and_report_acceptance(server_binary, embed
     assert sum(rows[(c, 3)]["drafted"] for c in (1, 2)) > 0  # the server drafted on the edit prompts
     # greedy llama-server, spec off and on, gives labkit's single-stream plain output
     engine.reset()
-    ref = {i: [t for rec in concurrency.run(engine, p, max_tokens=16) for t in rec.tokens]
-           for i, p in enumerate(prompts)}
+    ref = {i: tokens_of(run(engine, p, max_tokens=16)) for i, p in enumerate(prompts)}
     concurrency.server_lossless(engine, prompts, ref, res)
     assert all(r["lossless"] for r in res["rows"]), [r["divergences"] for r in res["rows"]]
+
+
+def _labkit(*args, check=True):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "labkit.cli", *args], capture_output=True, text=True, timeout=1500)
+    if check and p.returncode != 0:
+        raise AssertionError(f"labkit {args} exited {p.returncode}:\n{p.stderr[-3000:]}")
+    return p
+
+
+@pytest.mark.parametrize("bad", [["--c", "0"], ["--k", "-1"], ["--c", "1,x"], ["--workload", "nope"]])
+def test_bench_concurrency_bad_input_exits_2_with_a_fix(bad):
+    p = _labkit("bench", "concurrency", *bad, check=False)
+    assert p.returncode == 2 and "fix:" in p.stderr
+
+
+def test_server_info_and_bench_concurrency_json(server_binary):
+    import json
+
+    info = json.loads(_labkit("server", "info").stdout.strip().splitlines()[-1])
+    assert info["built"] and info["path"] == server_binary
+    p = _labkit("bench", "concurrency", "--c", "1,2", "--k", "0,2", "--workload", "edit", "--prompts", "2",
+                "--max-tokens", "8")
+    d = json.loads(p.stdout.strip().splitlines()[-1])
+    assert {(r["c"], r["k"]) for r in d["rows"]} == {(1, 0), (1, 2), (2, 0), (2, 2)}
+    assert all(r["lossless"] for r in d["rows"]) and "per-c table" in p.stderr
+    assert d["provenance"]["recipe"]["name"] == "default" and "non_monotonic" in d
+
+
+def test_notebook_07_under_reproduce(store, server_binary):
+    from labkit.provenance import reproduce as rp
+    from labkit.provenance import tracking
+    from labkit.report.queries import load_table
+
+    params = {"concurrency": [1, 2], "production_concurrency": 2, "k": [0, 2], "prompts_per_workload": 1,
+              "max_tokens": 8, "runs": 1}
+    s = rp.reproduce(only=["07"], out_dir=str(store / "out"), params=params)
+    assert s["ok"], [(r["notebook"], r["error"]) for r in s["results"]]
+    c = tracking.client()
+    run = c.get_run(s["results"][0]["run_id"])
+    table = load_table(c, run, "concurrency")
+    assert set(table["engine"]) == {"labkit", "llama-server"} and set(table["c"]) == {1, 2}
+    verdict = load_table(c, run, "concurrency-verdict")
+    assert len(verdict) == 1 and verdict["c"].iloc[0] == 2
+    assert verdict["verdict"].iloc[0] in ("speculation pays at c=2", "loses at c=2")
+    assert run.data.tags["concurrency.verdict"] == verdict["verdict"].iloc[0]
