@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from labkit.analysis import batchcost
 from labkit.analysis import concurrency as ctable
-from labkit.commands import progress
+from labkit.commands import emit, progress
 from labkit.errors import LabkitError
 
 CONCURRENCY_DRAFTERS = ("ngram",)  # one drafter per stream; model/MTP drafters would need an engine each
@@ -110,12 +110,17 @@ def run_serve(args, recipe, opts) -> dict:
     draft = runtime.resolve_model(recipe, draft=True).path if args.spec_type == "draft-simple" else None
     ids = concurrency.tokenize(recipe, [p.text for p in opts["prompts"]])
     per = concurrency.n_ctx_per_seq(ids, max_tokens=opts["max_tokens"], ks=opts["ks"], n_ctx=recipe.n_ctx)
-    res = serve.bench_serve(info["path"], str(model.path), ids, cs=opts["cs"], ks=opts["ks"],
-                            spec_type=args.spec_type, draft_model=str(draft) if draft else None,
-                            threads=recipe.threads or 2, n_ctx_per_slot=per, runs=args.runs,
-                            n_requests=args.requests, max_tokens=opts["max_tokens"], seed=recipe.seed,
-                            interleave=recipe.interleave, deadline_s=args.deadline, kv_unified=args.kv_unified,
-                            progress=progress)
+    try:
+        res = serve.bench_serve(info["path"], str(model.path), ids, cs=opts["cs"], ks=opts["ks"],
+                                spec_type=args.spec_type, draft_model=str(draft) if draft else None,
+                                threads=recipe.threads or 2, n_ctx_per_slot=per, runs=args.runs,
+                                n_requests=args.requests, max_tokens=opts["max_tokens"], seed=recipe.seed,
+                                interleave=recipe.interleave, deadline_s=args.deadline, kv_unified=args.kv_unified,
+                                progress=progress)
+    except serve.ServerError as e:  # keep what was measured: JSON first, then the error (exit 2)
+        emit({"kind": "serve", "error": e.problem, "failed_arm": e.arm, "finished_arms": e.partial,
+              "kept_requests": [{k: v for k, v in x.items() if k != "tokens"} for x in e.kept]})
+        raise
     res["server_build"] = info
     res["model"] = model.describe()
     res["workload"] = args.workload

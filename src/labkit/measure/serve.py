@@ -52,6 +52,8 @@ class ServerError(LabkitError):
         super().__init__(problem, fix)
         self.kept = kept or []
         self.log_tail = log_tail
+        self.partial: dict = {}  # bench_serve: the arms finished before the failure
+        self.arm: dict | None = None
 
 
 def ensure_built(progress: Progress = None) -> dict:
@@ -321,10 +323,17 @@ def bench_serve(
             srv = Server(binary, args, port=port, health_timeout_s=health_timeout_s)
             try:
                 with srv:
-                    stream_completion(port, reqs[0], max_tokens=8)  # warm-up, not recorded
+                    try:
+                        stream_completion(port, reqs[0], max_tokens=8)  # warm-up, not recorded
+                    except (OSError, _HTTPError, http.client.HTTPException, ValueError) as e:
+                        raise srv.fail(f"llama-server's warm-up request failed: {e}",
+                                       "read the log tail above") from None
                     kept = drive(srv, reqs, c=c, max_tokens=max_tokens, deadline_s=deadline_s)
-            except _HTTPError as e:
-                raise srv.fail(f"llama-server's warm-up request failed: {e}", "read the log tail above") from None
+            except ServerError as e:
+                # what the finished arms measured travels with the error
+                e.partial = {f"c{a[0]}_k{a[1]}": v for a, v in results.items() if v}
+                e.arm = {"c": c, "k": k, "round": r}
+                raise
             finally:
                 srv.cleanup()
             s = arm_stats(kept)
