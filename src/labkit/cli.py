@@ -21,6 +21,7 @@ COMMANDS = {
     "ui": "Start the MLflow UI on loopback",
     "sync": "Replay local journals into the tracking store (after a server outage)",
     "compare": "Hosts, builds or commits side by side for one recipe, with ratios",
+    "server": "Build llama.cpp's llama-server from the wheel's sources (cached per machine)",
 }
 
 

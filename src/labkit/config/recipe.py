@@ -63,6 +63,9 @@ class Recipe:
     sweep: str | None = None  # LAB ID of the 02_k_sweep run that 03/05/advise read; None: the newest matching
     interleave: str = "random"  # arm order in every comparison: random (per round, seeded) or abba
     notebooks: list[str] = field(default_factory=list)  # empty: all of notebooks/
+    # the concurrency re-bench (07): the c values measured, and the c the verdict is given at
+    production_concurrency: int = 4
+    concurrency: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 8])
     source: str | None = None  # where it was loaded from (filled in by load)
     # field -> where a value that is not the file's came from ("env AS_SPEC_MIN_ACCEPT",
     # "-p gate", "--gate"); provenance, not part of the hash (the values are)
@@ -170,6 +173,10 @@ class Recipe:
             bad(f"n_cpu_moe = {self.n_cpu_moe}", "use 0 (experts follow n_gpu_layers) or N >= 1")
         if self.n_cpu_moe and self.engine != "llama.cpp":
             bad(f"n_cpu_moe is a llama.cpp setting (engine is {self.engine})", "drop n_cpu_moe for this engine")
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            bad(f"concurrency = {self.concurrency}", "list the concurrent streams to measure, e.g. [1, 2, 3, 4, 8]")
+        if self.production_concurrency < 1:
+            bad(f"production_concurrency = {self.production_concurrency}", "use the c you serve, >= 1 (e.g. 4)")
         for key in ("model_sha256", "draft_model_sha256"):
             v = getattr(self, key)
             if v is not None and (len(v) != 64 or any(c not in "0123456789abcdef" for c in v.lower())):

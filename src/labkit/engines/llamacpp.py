@@ -5,6 +5,15 @@ step inside ``generate``. Here a verify of m rows is one explicit ``llama_decode
 an m-row ``llama_batch``, logits are read as zero-copy numpy views of llama.cpp's own
 buffer (a 262k-entry row is never copied to argmax it), and the KV cache is rolled
 back with ``llama_memory_seq_rm``.
+
+Several sequences (``n_seq_max`` > 1) serve the multi-slot loop: ``decode_seqs`` puts
+rows of several sequence ids in one batch, ``seq_rollback`` rolls one sequence back and
+leaves the others alone. The single-sequence API works on sequence 0. Use a unified KV
+buffer (``kv_unified=True``) for them: with one KV stream per sequence llama.cpp splits
+a batch into "equal" micro-batches (the same number of rows from each sequence, and only
+consecutive sequence ids together), so a step whose streams verify 4, 1 and 3 rows runs
+as 4 forward passes instead of one. Unified, the batch is one pass and each row attends
+over the shared buffer under its sequence's mask.
 """
 
 from __future__ import annotations
@@ -172,6 +181,8 @@ class LlamaCppEngine(Engine):
         load_mtp: bool = False,
         n_cpu_moe: int = 0,
         artifact: dict | None = None,
+        n_seq_max: int = 1,
+        kv_unified: bool = False,
     ):
         global _CAPTURE
         _init_backend()
@@ -229,7 +240,15 @@ class LlamaCppEngine(Engine):
         cp.n_ctx = n_ctx
         cp.n_batch = self.n_batch
         cp.n_ubatch = self.n_batch
-        cp.n_seq_max = 1
+        # n_seq_max > 1: kv_unified=False gives one KV stream per sequence (llama-server's
+        # default for -np N), each of n_ctx / n_seq_max positions (rounded to 256);
+        # kv_unified=True one buffer of n_ctx positions shared by all (see the module doc)
+        if not 1 <= n_seq_max <= 64:
+            raise LabkitError(f"n_seq_max = {n_seq_max}", "use 1..64 sequences")
+        self.n_seq_max = n_seq_max
+        self.kv_unified = kv_unified
+        cp.n_seq_max = n_seq_max
+        cp.kv_unified = kv_unified
         cp.n_threads = self.n_threads
         cp.n_threads_batch = self.n_threads
         cp.no_perf = True
@@ -241,7 +260,9 @@ class LlamaCppEngine(Engine):
         if not self.ctx:
             lc.llama_model_free(self.model)
             raise EngineError(f"llama.cpp could not create a context: {recent_log(4)}", "lower n_ctx")
-        self.n_ctx = lc.llama_n_ctx(self.ctx)
+        # the positions one sequence can hold (== the whole context when n_seq_max is 1)
+        self.n_ctx_total = lc.llama_n_ctx(self.ctx)
+        self.n_ctx = lc.llama_n_ctx_seq(self.ctx)
         self.mem = lc.llama_get_memory(self.ctx)
         self.batch = lc.llama_batch_init(self.n_batch, 0, 1)
         # Fixed per-row fields are written once; token/pos/logits flags via numpy views.
@@ -256,6 +277,8 @@ class LlamaCppEngine(Engine):
         self.n_past = 0
         self.kv_tokens: list[int] = []
         self.decode_hooks: list = []  # callables(tokens, first_pos) run after each decode (MTP)
+        self._mbatch = None  # the multi-sequence batch, made on first use (see decode_seqs)
+        self.seq_n_past = [0] * n_seq_max  # per-sequence positions of the multi-sequence API
 
     # -- core ---------------------------------------------------------------------
     def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> None:
@@ -311,6 +334,112 @@ class LlamaCppEngine(Engine):
         self.n_past = min(self.n_past, n_past)
         del self.kv_tokens[self.n_past :]
 
+    # -- several sequences (the multi-slot loop) ------------------------------------------
+    # Sequence s holds positions 0..seq_n_past[s]-1. These calls and the single-sequence
+    # API above share sequence 0: call seq_clear() when switching between the two.
+    def _multi_batch(self):
+        if self._mbatch is None:
+            b = self._mbatch = self._lc.llama_batch_init(self.n_batch, 0, 1)
+            for i in range(self.n_batch):
+                b.n_seq_id[i] = 1
+            self._mtok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+            self._mpos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+            self._mout = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        return self._mbatch
+
+    def decode_seqs(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[int]:
+        """One ``llama_decode`` of rows from several sequences, every row with its logits.
+
+        ``parts``: (sequence id, tokens) pairs, each appended at that sequence's next
+        positions. Returns, per part, the index of its first output row (rows are read with
+        :meth:`logits` / :meth:`argmax_rows`, in the order of ``parts``). Synchronised on return.
+        """
+        n = sum(len(t) for _, t in parts)
+        if n == 0 or n > self.n_batch:
+            raise EngineError(f"decode_seqs with {n} rows (the batch holds 1..{self.n_batch})",
+                              "this is a bug in the caller")
+        lc = self._lc
+        b = self._multi_batch()
+        offsets, i = [], 0
+        for s, toks in parts:
+            if not 0 <= s < self.n_seq_max:
+                raise EngineError(f"sequence id {s} is outside 0..{self.n_seq_max - 1}",
+                                  "open the engine with n_seq_max >= the number of streams")
+            m = len(toks)
+            if self.seq_n_past[s] + m > self.n_ctx:
+                raise EngineError(f"sequence {s} needs {self.seq_n_past[s] + m} positions but holds {self.n_ctx}",
+                                  "shorten the prompt or max_tokens, or raise n_ctx")
+            offsets.append(i)
+            self._mtok[i : i + m] = toks
+            self._mpos[i : i + m] = np.arange(self.seq_n_past[s], self.seq_n_past[s] + m)
+            for j in range(i, i + m):
+                b.seq_id[j][0] = s
+            i += m
+        self._mout[:n] = 1
+        b.n_tokens = n
+        rc = lc.llama_decode(self.ctx, b)
+        if rc != 0:
+            for s, _ in parts:  # whatever this batch wrote is not trusted
+                lc.llama_memory_seq_rm(self.mem, s, self.seq_n_past[s], -1)
+            raise EngineError(f"llama_decode returned {rc} for a batch of {n} rows over {len(parts)} sequences: "
+                              f"{recent_log(4) or 'no log'}",
+                              "if a sequence's context is full raise n_ctx; otherwise rerun, and report the log")
+        for s, toks in parts:
+            self.seq_n_past[s] += len(toks)
+        lc.llama_synchronize(self.ctx)
+        self._rows = n
+        return offsets
+
+    def seq_prefill(self, seq: int, prompt: Sequence[int]) -> int:
+        """Put ``prompt`` in sequence ``seq`` (empty before), chunked as :meth:`prefill` chunks
+        it, with the last row's logits; returns the rows decoded."""
+        self.seq_rollback(seq, 0)
+        lc = self._lc
+        b = self._multi_batch()
+        n = len(prompt)
+        for off in range(0, n, self.n_batch):
+            chunk = prompt[off : off + self.n_batch]
+            m = len(chunk)
+            base = self.seq_n_past[seq]
+            self._mtok[:m] = chunk
+            self._mpos[:m] = np.arange(base, base + m)
+            for j in range(m):
+                b.seq_id[j][0] = seq
+            self._mout[:m] = 0
+            if off + m == n:
+                self._mout[m - 1] = 1
+            b.n_tokens = m
+            rc = lc.llama_decode(self.ctx, b)
+            if rc != 0:
+                self.seq_rollback(seq, 0)
+                raise EngineError(f"llama_decode returned {rc} prefilling sequence {seq}: {recent_log(4) or 'no log'}",
+                                  "shorten the prompt or raise n_ctx")
+            self.seq_n_past[seq] += m
+        lc.llama_synchronize(self.ctx)
+        self._rows = 1
+        return n
+
+    def seq_rollback(self, seq: int, n_past: int) -> None:
+        """Drop positions >= ``n_past`` of sequence ``seq`` only."""
+        if n_past < self.seq_n_past[seq]:
+            if not self._lc.llama_memory_seq_rm(self.mem, seq, n_past, -1):
+                raise EngineError(f"llama.cpp could not roll sequence {seq} back to position {n_past}",
+                                  "this model's cache type cannot be partially erased; speculation needs one that can")
+        self.seq_n_past[seq] = min(self.seq_n_past[seq], n_past)
+
+    def seq_clear(self) -> None:
+        """Empty every sequence (and the single-sequence state of sequence 0)."""
+        self._lc.llama_memory_clear(self.mem, True)
+        self.seq_n_past = [0] * self.n_seq_max
+        self.n_past = 0
+        self.kv_tokens = []
+
+    def argmax_rows(self, rows: int | None = None) -> np.ndarray:
+        """The argmax of each of the first ``rows`` output rows of the last decode (one numpy call)."""
+        rows = self._rows if rows is None else rows
+        ptr = self._lc.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab)).argmax(axis=1)
+
     # -- tokens ---------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         return self.tok.tokenize(text, add_bos=add_bos)
@@ -359,6 +488,9 @@ class LlamaCppEngine(Engine):
             "n_expert": self.n_expert,
             "n_ctx": self.n_ctx,
             "n_batch": self.n_batch,
+            "n_seq_max": self.n_seq_max,
+            "n_ctx_total": self.n_ctx_total,
+            "kv_unified": self.kv_unified,
             "swa_full": True,
             "model_path": self.model_path,
             "model_desc": buf.value.decode(),
@@ -375,6 +507,9 @@ class LlamaCppEngine(Engine):
         if getattr(self, "batch", None) is not None:
             lc.llama_batch_free(self.batch)
             self.batch = None
+        if getattr(self, "_mbatch", None) is not None:
+            lc.llama_batch_free(self._mbatch)
+            self._mbatch = None
         if getattr(self, "ctx", None):
             lc.llama_free(self.ctx)
             self.ctx = None

@@ -98,18 +98,19 @@ class Lab:
     def cite(self, part: str | None = None) -> str:
         return (self.id.child(part) if part else self.id).cite
 
-    def engine(self, *, draft: bool = False, load_mtp: bool | None = None):
+    def engine(self, *, draft: bool = False, load_mtp: bool | None = None, **kw):
         """Open the recipe's engine and tag the run with its build, flags, model and residency.
         The target opens with the MTP context whenever the recipe's drafters need it
-        (``load_mtp=None``), so every notebook can run ``mtp``."""
+        (``load_mtp=None``), so every notebook can run ``mtp``; ``kw``: ``n_seq_max``,
+        ``n_ctx`` per sequence, for the multi-slot loop."""
         from labkit.config.runtime import open_engine, open_target
 
         if draft:
-            e = open_engine(self.recipe, draft=True, load_mtp=bool(load_mtp))
+            e = open_engine(self.recipe, draft=True, load_mtp=bool(load_mtp), **kw)
         elif load_mtp is None:
-            e = open_target(self.recipe)
+            e = open_target(self.recipe, **kw)
         else:
-            e = open_engine(self.recipe, load_mtp=load_mtp)
+            e = open_engine(self.recipe, load_mtp=load_mtp, **kw)
         desc = e.describe()
         prefix = "draft." if draft else ""
         if not draft:

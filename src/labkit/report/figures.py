@@ -251,3 +251,28 @@ def plot_replay_vs_measured(data: pd.DataFrame, *, title: str = "replay predicti
     fig.suptitle(title)
     fig.tight_layout()
     return fig, d.reset_index(drop=True)
+
+
+@register("tok_s_vs_c")
+def plot_tok_s_vs_c(data: pd.DataFrame, *, title: str = "throughput vs concurrency c"):
+    """Aggregate tok/s (min-max bars) and per-stream tok/s vs c, a line per (engine, k)."""
+    d = data.sort_values("c")
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.9))
+    drawn = []
+    for i, ((eng, k), g) in enumerate(d.groupby(["engine", "k"])):
+        style = "-" if eng == "labkit" else "--"
+        label = f"{eng} k={k}" + (f" ({g['drafter'].iloc[0]})" if k else " (plain)")
+        lo = (g["agg_tok_s"] - g["agg_tok_s_min"]).fillna(0).clip(lower=0)
+        hi = (g["agg_tok_s_max"] - g["agg_tok_s"]).fillna(0).clip(lower=0)
+        axes[0].errorbar(g["c"], g["agg_tok_s"], yerr=[lo, hi], ls=style, marker="o", capsize=2, label=label,
+                         color=f"C{i}")
+        axes[1].plot(g["c"], g["per_stream_tok_s"], ls=style, marker="o", label=label, color=f"C{i}")
+        drawn.append(g[["engine", "k", "c", "agg_tok_s", "agg_tok_s_min", "agg_tok_s_max", "per_stream_tok_s"]])
+    for ax, what in zip(axes, ("aggregate tok/s (median, min-max)", "per-stream tok/s (median)")):
+        ax.set_xlabel("concurrent streams c")
+        ax.set_ylabel(what)
+        ax.set_xticks(sorted(d["c"].unique()))
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig, pd.concat(drawn, ignore_index=True)
