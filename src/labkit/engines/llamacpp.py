@@ -189,12 +189,14 @@ class LlamaCppEngine(Engine):
         _CAPTURE = []
         try:
             self._load(model_path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=n_batch,
-                       load_mtp=load_mtp, n_cpu_moe=n_cpu_moe, artifact=artifact)
+                       load_mtp=load_mtp, n_cpu_moe=n_cpu_moe, artifact=artifact, n_seq_max=n_seq_max,
+                       kv_unified=kv_unified)
         finally:
             self.load_log, _CAPTURE = "".join(_CAPTURE), None
         self.residency = self._residency()
 
-    def _load(self, model_path, *, n_ctx, n_threads, n_gpu_layers, n_batch, load_mtp, n_cpu_moe, artifact):
+    def _load(self, model_path, *, n_ctx, n_threads, n_gpu_layers, n_batch, load_mtp, n_cpu_moe, artifact,
+              n_seq_max, kv_unified):
         lc = self._lc = _lib()
         self.model_path = str(model_path)
         if not Path(self.model_path).is_file():
