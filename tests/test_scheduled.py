@@ -30,6 +30,8 @@ from labkit.provenance import reproduce as rp
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32}
+SWEEP_FAST = {"runs": 1, "prompts_per_workload": 1, "workloads": ["edit"], "k": [0, 1], "max_tokens": 8,
+              "drafters": ["ngram"], "temperatures": [0.0]}
 SRC = str(ROOT / "src")
 
 
@@ -383,7 +385,7 @@ def test_reproduce_refuses_uncommitted_notebooks_unless_allow_dirty(store, tmp_p
     py = clone / "notebooks" / "02_k_sweep.py"
     py.write_text(py.read_text().replace('recipe = "default"', 'recipe = "default"\nruns = 1', 1))
     with pytest.raises(LabkitError, match=r"notebooks/02_k_sweep\.py") as e:
-        rp.reproduce(only=["02"])
+        rp.reproduce(only=["02"], params=SWEEP_FAST)  # tiny, should the check ever let it through
     assert "--allow-dirty" in e.value.fix
     subprocess.run(["git", "-C", str(clone), "checkout", "--", "notebooks/02_k_sweep.py"], check=True)
     # ... and the .ipynb gained outputs
