@@ -376,9 +376,10 @@ def test_resume_refuses_a_changed_recipe_or_commit(chain):
     run = chain["runs"]["A"]
     lid = run.data.tags["lab.id"]
     n_runs = len(c.search_runs([run.info.experiment_id]))
-    for extra, named in (({"max_tokens": 8}, "recipe field max_tokens"), ({"model": "gemma-3-270m-q4_0"},
-                                                                           "recipe field model")):
-        p, _ = _run_cli(["--resume", lid, *_tiny(extra)], timeout=600)
+    # another sweep field; another model (the F16 target recipe, same tiny sweep otherwise)
+    for argv, named in ((_tiny({"max_tokens": 8}), "recipe field max_tokens: 16 then, 8 now"),
+                        (["--recipe", "f16-target", *_tiny()], 'recipe field model: "gemma-3-270m-q4_k_m" then')):
+        p, _ = _run_cli(["--resume", lid, *argv], timeout=600)
         assert p.returncode == 2 and named in p.stderr and "fix:" in p.stderr, p.stderr[-2000:]
     commit = run.data.tags["git.commit"]
     c.set_tag(run.info.run_id, "git.commit", "0" * 40)  # as if measured at another commit
