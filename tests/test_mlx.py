@@ -1,5 +1,12 @@
-"""The MLX engine on the converted embedded model: conversion, tokens, rollback, lossless loops,
-acceptance equal to mlx-lm's own speculative loop, and agreement with llama.cpp.
+"""The MLX engine: conversion, tokens, rollback, lossless loops, acceptance equal to mlx-lm's
+own speculative loop, and agreement with llama.cpp.
+
+Most tests run on SYNTHETIC gemma3 models (``synthetic-gemma3``: the embedded model's
+architecture and tokenizer, tiny random weights; ``synthetic-gemma3-q4_0`` the same draws
+in Q4_0 as the draft), converted by the same ``mlx_convert.convert`` as the embedded
+model: a 75 MB float32 directory instead of ~1.07 GB, a step a fraction of the real one.
+One test keeps the real thing: the converted embedded model's greedy tokens agree with
+llama.cpp's (that conversion is cached per machine).
 
 Linux mlx-cpu: these check correctness only; no timing here is a speed claim.
 """
@@ -21,6 +28,7 @@ if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx_lm")
 
 from labkit import engines  # noqa: E402
 from labkit.analysis.lossless import MAX_NEAR_TIE, divergence_report  # noqa: E402
+from labkit.artifacts import gguf_meta  # noqa: E402
 from labkit.artifacts.mlx_convert import (  # noqa: E402
     dir_hashes,
     hf_name,
@@ -32,6 +40,7 @@ from labkit.config.recipe import load as load_recipe  # noqa: E402
 from labkit.decoding.drafters.model import ModelDrafter  # noqa: E402
 from labkit.decoding.drafters.ngram import NgramDrafter  # noqa: E402
 from labkit.decoding.loop import run, tokens_of  # noqa: E402
+from labkit.engines.llamacpp import LlamaCppEngine  # noqa: E402
 from labkit.engines.mlx import MlxEngine, full_cache  # noqa: E402
 from labkit.errors import LabkitError  # noqa: E402
 from labkit.measure.crossengine import cross_engine_agreement  # noqa: E402
@@ -40,12 +49,14 @@ from labkit.suites.workloads import WORKLOADS, load_workload  # noqa: E402
 N_CTX = 2048
 MAX = 24
 N_CROSS = 32  # greedy tokens compared across engines
-DRAFT = "gemma-3-270m-q4_0"  # same weights requantised: a draft that is sometimes wrong
+TARGET = "synthetic-gemma3"  # SYNTHETIC: the embedded model's tokenizer, random weights
+DRAFT = "synthetic-gemma3-q4_0"  # the same draws requantised: a draft that is sometimes wrong
+REAL_PROMPT = ("code", 0)  # the one prompt the converted embedded model is checked on
 
 
 @pytest.fixture(scope="module")
 def mlx_art():
-    return resolve_mlx_model(zoo.EMBEDDED)
+    return resolve_mlx_model(TARGET)
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +74,21 @@ def mlx_draft():
     e.close()
 
 
+@pytest.fixture(scope="module")
+def syn_llama():
+    """llama.cpp on the same synthetic GGUF the MLX target was converted from."""
+    art = zoo.get(TARGET)
+    e = LlamaCppEngine(art.path, n_ctx=N_CTX, n_threads=2, artifact=art.describe())
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def real_mlx_art():
+    """The embedded model converted to float32 MLX (~1.07 GB; built once per machine)."""
+    return resolve_mlx_model(zoo.EMBEDDED)
+
+
 def assert_lossless(engine, ids, plain, spec):
     rep = divergence_report(engine, ids, plain, spec)
     assert rep["lossless"], rep
@@ -74,11 +100,11 @@ def assert_lossless(engine, ids, plain, spec):
 
 
 def test_converted_directory_is_cached_with_a_stable_sidecar(mlx_art):
-    again = resolve_mlx_model(zoo.EMBEDDED)
+    again = resolve_mlx_model(TARGET)
     assert again.path == mlx_art.path and again.sha256 == mlx_art.sha256
     side = json.loads((mlx_root() / f"{mlx_art.name}.json").read_text())
     assert side["sha256"] == mlx_art.sha256
-    assert side["made"]["source_sha256"] == zoo.get(zoo.EMBEDDED).sha256
+    assert side["made"]["source_sha256"] == zoo.get(TARGET).sha256
     files, sha = dir_hashes(mlx_art.path)
     assert sha == mlx_art.sha256 and files == side["files"]
     assert set(files) == {"config.json", "model.safetensors", "vocab.gguf"}
@@ -86,13 +112,13 @@ def test_converted_directory_is_cached_with_a_stable_sidecar(mlx_art):
     cfg = mlx_art.path / "config.json"
     st = cfg.stat()
     os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    touched = resolve_mlx_model(zoo.EMBEDDED)
+    touched = resolve_mlx_model(TARGET)
     assert touched.sha256 == mlx_art.sha256
     assert (mlx_art.path / "model.safetensors").stat().st_mtime_ns == side["stat"]["model.safetensors"][1]
     # an existing directory resolves to the same directory hash; a wrong hash is refused
     assert resolve_mlx_model(str(mlx_art.path)).sha256 == mlx_art.sha256
     with pytest.raises(LabkitError, match="checksum mismatch"):
-        resolve_mlx_model(zoo.EMBEDDED, expected_sha256="0" * 64)
+        resolve_mlx_model(TARGET, expected_sha256="0" * 64)
 
 
 def test_refuses_what_it_cannot_convert(tmp_path):
@@ -106,16 +132,18 @@ def test_refuses_what_it_cannot_convert(tmp_path):
 
 
 def test_norm_weights_undo_llamacpps_plus_one(mlx_art):
-    """gemma's RMSNorm is x * (1 + w): llama.cpp stores w + 1, mlx-lm adds the 1 itself."""
+    """gemma's RMSNorm is x * (1 + w): llama.cpp stores w + 1, mlx-lm adds the 1 itself.
+    The synthetic model's norms are random (not all one), so every norm is checked."""
     import mlx.core as mx
-    from gguf import GGUFReader
 
-    src = {t.name: np.array(t.data) for t in GGUFReader(str(zoo.get(zoo.EMBEDDED).path)).tensors
-           if t.name in ("output_norm.weight", "blk.0.attn_q_norm.weight")}
+    src = {t.name: np.array(t.data) for t in gguf_meta.read(zoo.get(TARGET).path).tensors}
     w = mx.load(str(mlx_art.path / "model.safetensors"))
-    assert np.allclose(np.array(w["model.norm.weight"]) + 1, src["output_norm.weight"], atol=1e-6)
-    assert np.allclose(np.array(w["model.layers.0.self_attn.q_norm.weight"]) + 1,
-                       src["blk.0.attn_q_norm.weight"], atol=1e-6)
+    norms = [n for n in src if n.endswith("norm.weight")]
+    assert len(norms) == 1 + 6 * 6
+    for n in norms:
+        assert np.allclose(np.array(w[hf_name(n)]) + 1, src[n], atol=1e-6), n
+        assert np.abs(src[n] - 1).max() > 0.1, n  # a real check: not a vector of ones
+    assert np.array_equal(np.array(w["model.layers.0.mlp.gate_proj.weight"]), src["blk.0.ffn_gate.weight"])
     assert w["model.embed_tokens.weight"].dtype == mx.float32
 
 
@@ -131,6 +159,8 @@ def test_tokens_match_llamacpp_on_every_workload_prompt(engine, mlx_engine):
     assert mlx_engine.n_vocab == engine.n_vocab
     assert mlx_engine.vocab_fingerprint() == engine.vocab_fingerprint()
     assert mlx_engine.is_eog(1) and not mlx_engine.is_eog(2)
+    # the synthetic model carries the embedded model's vocabulary, not a look-alike
+    assert mlx_engine.token_text(ids[1]) == engine.token_text(ids[1])
 
 
 def test_verify_rows_match_single_rows_and_rollback_is_exact(mlx_engine):
@@ -160,12 +190,15 @@ def test_verify_rows_match_single_rows_and_rollback_is_exact(mlx_engine):
     e.rollback(0)
 
 
-DEPTH = 530  # past gemma3's 512-position sliding window
+WINDOW = 16  # synthetic-gemma3's sliding window (the embedded model's is 512)
+DEPTH = 40  # well past it
 
 
-def test_rollback_past_the_sliding_window_matches_llamacpp(engine, mlx_engine):
-    """Beyond 512 positions gemma3's own RotatingKVCache could not trim; the full cache can,
+def test_rollback_past_the_sliding_window_matches_llamacpp(syn_llama, mlx_engine):
+    """Beyond the window gemma3's own RotatingKVCache could not trim; the full cache can,
     and the window is still applied (the prefill row agrees with llama.cpp's)."""
+    engine = syn_llama
+    assert mlx_engine.model.args.sliding_window == WINDOW
     text = " ".join(p.text for p in load_workload("prose_en"))
     ids = engine.tokenize(text)
     while len(ids) < DEPTH:
@@ -198,16 +231,17 @@ def test_describe(mlx_engine):
     assert d["device"].startswith("Device(")
     assert d["build"]["blas"]["blas"]
     assert d["model"]["sha256"] and d["n_vocab"] == 262144
+    assert d["model"]["kind"] == "converted" and d["model"]["made"]["source"] == TARGET
     if sys.platform == "linux":
         assert "correctness" in d["label"]
 
 
-def test_recipe_opens_an_mlx_engine():
+def test_recipe_opens_an_mlx_engine(real_mlx_art):
     r = load_recipe("mlx")
     assert r.engine == "mlx" and r.runs == 3
     assert engines.get("mlx") is MlxEngine
     art = runtime.resolve_model(r)
-    assert art.sha256 == resolve_mlx_model(r.model).sha256
+    assert art.sha256 == real_mlx_art.sha256 and art.made["source"] == zoo.EMBEDDED
 
 
 # -- the speculative loop on MLX ---------------------------------------------------------
@@ -270,14 +304,30 @@ def test_acceptance_equals_mlx_lms_speculative_loop(mlx_engine, mlx_draft, workl
     assert 0 < sum(steps) < k * len(steps)  # some drafts accepted, some rejected
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
-def test_greedy_tokens_agree_with_llamacpp(engine, mlx_engine, workload):
+def assert_agree(ref, other, ids):
     """Same GGUF weights on two engines: same greedy tokens, or a first divergence where
     both engines' own logit gaps are within the near-tie cap (not a conversion error)."""
-    ids = engine.tokenize(load_workload(workload)[0].text)
-    rep = cross_engine_agreement(engine, mlx_engine, ids, n=N_CROSS)
+    rep = cross_engine_agreement(ref, other, ids, n=N_CROSS)
     # a wrong conversion (e.g. the norm +1 applied twice) moves top logits by many units
     assert rep["max_top_diff"] < MAX_NEAR_TIE, rep
     if not rep["identical"]:
         d = rep["divergence"]
         assert 0 <= d["ref_gap"] <= MAX_NEAR_TIE and 0 <= d["other_gap"] <= MAX_NEAR_TIE, rep
+    return rep
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_greedy_tokens_agree_with_llamacpp(syn_llama, mlx_engine, workload):
+    ids = syn_llama.tokenize(load_workload(workload)[0].text)
+    assert_agree(syn_llama, mlx_engine, ids)
+
+
+def test_converted_embedded_model_agrees_with_llamacpp(engine, real_mlx_art):
+    """The real weights once: the converted embedded model's greedy tokens on one prompt."""
+    workload, i = REAL_PROMPT
+    e = MlxEngine(real_mlx_art.path, n_ctx=N_CTX, n_threads=2, artifact=real_mlx_art.describe())
+    try:
+        assert e.describe()["model_n_params"] > 200_000_000  # the real model, not a synthetic one
+        assert_agree(engine, e, engine.tokenize(load_workload(workload)[i].text))
+    finally:
+        e.close()

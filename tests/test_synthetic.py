@@ -102,3 +102,96 @@ def test_unknown_name_is_a_clear_error():
 
     with pytest.raises(LabkitError, match="unknown synthetic model"):
         synthetic.config_for("synthetic-nope")
+
+
+# -- the gemma3 test models: the embedded model's tokenizer and layout, tiny random weights ----
+
+GEMMA3 = ["synthetic-gemma3", "synthetic-gemma3-q4_0"]
+# embedded -> synthetic dimension: n_embd 640 -> 64, n_head * head_dim 1024 -> 64,
+# head_dim = n_head_kv * head_dim 256 -> 32, n_ff 2048 -> 256; the vocabulary stays.
+DIM = {640: 64, 1024: 64, 256: 32, 2048: 256, 262144: 262144}
+
+
+def _block0(f) -> dict:
+    return {t.name: t for t in f.tensors if not t.name.startswith("blk.") or t.name.startswith("blk.0.")}
+
+
+@pytest.fixture(scope="module")
+def gemma3():
+    """The embedded GGUF and both gemma3 test models (zoo: built once per machine), read."""
+    from labkit.artifacts import gguf_meta
+
+    emb = gguf_meta.read(zoo.get(zoo.EMBEDDED).path)
+    return emb, {n: (zoo.get(n), gguf_meta.read(zoo.get(n).path)) for n in GEMMA3}
+
+
+def test_gemma3_has_the_embedded_tokenizer_and_layout(gemma3):
+    emb, models = gemma3
+    tok = {k: v for k, v in emb.kv.items() if k.startswith("tokenizer.")}
+    assert len(tok["tokenizer.ggml.tokens"].value) == 262144
+    for name, (art, g) in models.items():
+        assert {k: v for k, v in g.kv.items() if k.startswith("tokenizer.")} == tok, name
+        assert {k for k in g.kv if k.startswith("gemma3.")} == {k for k in emb.kv if k.startswith("gemma3.")}
+        assert g.get("gemma3.block_count") == 6 and g.get("gemma3.attention.sliding_window") == 16
+        assert g.get("gemma3.rope.freq_base") == emb.get("gemma3.rope.freq_base")
+        assert g.get("gemma3.attention.layer_norm_rms_epsilon") == emb.get("gemma3.attention.layer_norm_rms_epsilon")
+        mine, theirs = _block0(g), _block0(emb)
+        assert set(mine) == set(theirs), name
+        for t, ref in theirs.items():
+            assert mine[t].shape == tuple(DIM[d] for d in ref.shape), t
+        assert len(g.tensors) == 1 + 1 + 6 * 13
+
+
+def test_gemma3_runs_on_llamacpp_with_the_embedded_tokens(engine, gemma3):
+    from labkit.suites.workloads import WORKLOADS, load_workload
+
+    for name in GEMMA3:
+        art = gemma3[1][name][0]
+        with LlamaCppEngine(art.path, n_ctx=512, n_threads=2, artifact=art.describe()) as e:
+            assert e.n_vocab == engine.n_vocab == 262144
+            assert e._lc.llama_model_n_layer(e.model) == 6
+            assert e.vocab_fingerprint() == engine.vocab_fingerprint()
+            for w in WORKLOADS:
+                text = load_workload(w)[0].text
+                assert e.tokenize(text) == engine.tokenize(text), (name, w)
+            e.decode(engine.tokenize(load_workload("code")[0].text), all_logits=False)
+            row = np.asarray(e.logits(-1))
+            assert np.isfinite(row).all() and row.std() > 1.0  # spread logits: few greedy ties
+
+
+def test_gemma3_draft_is_the_target_requantised(gemma3):
+    import gguf
+
+    (_, target), (_, draft) = gemma3[1]["synthetic-gemma3"], gemma3[1]["synthetic-gemma3-q4_0"]
+    for a, b in zip(target.tensors, draft.tensors):
+        assert a.name == b.name
+        if a.name.endswith("norm.weight"):  # norms stay F32 and identical
+            assert a.tensor_type == b.tensor_type == gguf.GGMLQuantizationType.F32
+            assert np.array_equal(a.data, b.data), a.name
+            continue
+        assert (a.tensor_type.name, b.tensor_type.name) == ("F32", "Q4_0"), a.name
+        d = gguf.quants.dequantize(b.data, b.tensor_type)
+        rel = np.sqrt(np.mean((d - a.data) ** 2) / np.mean(a.data**2))
+        assert 0.01 < rel < 0.2, (a.name, rel)  # the same draws, rounded to 4 bits
+
+
+def test_gemma3_made_same_bytes_and_label(gemma3, tmp_path):
+    art = gemma3[1]["synthetic-gemma3"][0]
+    assert art.synthetic and "SYNTHETIC" in art.describe()["label"]
+    assert "never for acceptance" in art.made["label"]
+    assert art.made["tokenizer_sha256"] == zoo.get(zoo.EMBEDDED).sha256
+    made = synthetic.write("synthetic-gemma3", tmp_path / "g.gguf", tokenizer_gguf=zoo.get(zoo.EMBEDDED).path)
+    assert sha256(tmp_path / "g.gguf") == art.sha256
+    assert made["config"] == art.made["config"] == synthetic.config_for("synthetic-gemma3")
+    assert zoo.get("synthetic-gemma3").sha256 == art.sha256  # reused, not rewritten
+    row = next(r for r in zoo.list_models() if r["name"] == "synthetic-gemma3")
+    assert row["label"] == art.made["label"]
+
+
+def test_gemma3_needs_its_tokenizer_source(tmp_path):
+    from labkit.errors import LabkitError
+
+    with pytest.raises(LabkitError, match="tokenizer source"):
+        synthetic.write("synthetic-gemma3", tmp_path / "g.gguf")
+    with pytest.raises(LabkitError, match="not a gemma3 GGUF"):
+        synthetic.write("synthetic-gemma3", tmp_path / "g.gguf", tokenizer_gguf=zoo.get("synthetic-mtp").path)

@@ -59,7 +59,7 @@ class ModelArtifact:
         d = asdict(self)
         d["path"] = str(self.path)
         if self.synthetic:
-            d["label"] = "SYNTHETIC random weights: valid for cost only, never for acceptance"
+            d["label"] = self.made.get("label") or "SYNTHETIC random weights: valid for cost only, never for acceptance"
         return d
 
 
@@ -95,6 +95,12 @@ for _name, _what in [
     ("synthetic-mtp", "glm4moe model with one nextn (MTP) layer: proves the MTP draft path, its draft cost D"),
 ]:
     register(ModelSpec(_name, "synthetic", f"SYNTHETIC random weights; {_what}", synthetic=True))
+for _name, _what in [
+    ("synthetic-gemma3", "gemma3 with the embedded model's tokenizer, F32: the MLX engine's test target"),
+    ("synthetic-gemma3-q4_0", "the same draws written as Q4_0: the MLX tests' draft model"),
+]:
+    register(ModelSpec(_name, "synthetic", f"SYNTHETIC random weights; {_what}; for tests, never for claims",
+                       synthetic=True))
 
 
 def models_dir() -> Path:
@@ -255,12 +261,18 @@ def _synthetic(spec: ModelSpec, *, rebuild: bool) -> ModelArtifact:
     path = models_dir() / f"{spec.name}.gguf"
     made = _read_made(path)
     config = synthetic.config_for(spec.name)
-    if path.exists() and not rebuild and made.get("config") == config:
+    # gemma3 test models copy a zoo model's tokenizer: rebuilt when that model's bytes change
+    tok = get(config["tokenizer"]) if config.get("tokenizer") else None
+    tok_sha = tok.sha256 if tok else None
+    if path.exists() and not rebuild and made.get("config") == config and made.get("tokenizer_sha256") == tok_sha:
         return ModelArtifact(
             spec.name, path, hash_artifact(path), path.stat().st_size, "synthetic", True, made
         )
     tmp = path.with_name(path.name + ".partial")
-    made = synthetic.write(spec.name, tmp)
+    if tok:
+        made = {**synthetic.write(spec.name, tmp, tokenizer_gguf=tok.path), "tokenizer_sha256": tok_sha}
+    else:
+        made = synthetic.write(spec.name, tmp)
     os.replace(tmp, path)
     art = ModelArtifact(spec.name, path, sha256_file(path), path.stat().st_size, "synthetic", True, made)
     _write_sidecar(art)
@@ -320,6 +332,6 @@ def list_models(*, build: bool = False) -> list[dict]:
         else:
             row.update(path=None, sha256=None, size=None, status="not built (labkit models --build)")
         if spec.synthetic:
-            row["label"] = "SYNTHETIC random weights: valid for cost only, never for acceptance"
+            row["label"] = (row.get("made") or {}).get("label") or "SYNTHETIC random weights: valid for cost only, never for acceptance"
         rows.append(row)
     return rows
