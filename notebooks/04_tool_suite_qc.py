@@ -17,10 +17,13 @@
 # # 04 · Tool-suite quality control: speculation on vs off
 #
 # The product suite (`data/toolsuite/`, tool-calling tasks scored on parse, schema, tool
-# and arguments) runs with speculation off and on at the recipe's k. Greedy outputs must
-# agree; any task that differs is listed with its first divergence and logit gap.
-# Sampled runs (seeded) give the noise band: the spread of the off runs. The verdict is
-# "within noise" or the regression in points.
+# and arguments) runs with speculation off and on at the candidate's n_max: the stepwise
+# protocol's winner, else the recipe's n_max, else the sweep's best global default (the
+# next cell says which, and from which run). Greedy outputs must agree; any task that
+# differs is listed with its first divergence and logit gap. Sampled runs (seeded) give
+# the noise band: the spread of the off runs. The verdict applies the tolerance in points
+# (`toolsuite_tolerance_pts`, the chapter's ±10) beside that band; a paired test over
+# tasks (exact McNemar, bootstrap) and every task's output on vs off are logged too.
 
 # %% tags=["parameters"]
 recipe = "default"
@@ -29,27 +32,41 @@ toolsuite_k = None
 toolsuite_runs = None
 toolsuite_temperature = None
 toolsuite_tasks = None  # None: the whole suite
+toolsuite_tolerance_pts = None
 
 # %%
 import json
 
 from labkit import lab as labkit_lab
 from labkit.config import runtime
+from labkit.report.candidate import candidate
 from labkit.suites import qc, toolsuite
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
 
 # %%
+cand = candidate(lab.client, R)
+print(f"tool suite at n_max = {cand['k']} ({cand['drafter']}): {cand['how']} [{cand['source']}]")
+lab.client.set_tag(lab.run_id, "toolsuite.k", str(cand["k"]))
+lab.client.set_tag(lab.run_id, "toolsuite.k_source", json.dumps(cand))
+lab.client.set_tag(lab.run_id, "toolsuite.tolerance_pts", str(R.toolsuite_tolerance_pts))
+
+# %%
 engine = lab.engine()
 arms = {d: runtime.make_drafter(d, R, engine) for d in R.drafters}
 tasks = toolsuite.load_tasks()[: R.toolsuite_tasks]
-res = qc.control(engine, tasks, drafters=arms, k=R.toolsuite_k, runs=R.toolsuite_runs,
-                 temperature=R.toolsuite_temperature, seed=R.seed, progress=print)
+res = qc.control(engine, tasks, drafters=arms, k=cand["k"], runs=R.toolsuite_runs,
+                 temperature=R.toolsuite_temperature, seed=R.seed, tolerance_pts=R.toolsuite_tolerance_pts,
+                 progress=print)
 lab.table("toolsuite-scores", res["scores"])
 lab.table("greedy-divergences", res["divergences"])
+lab.table("toolsuite-tasks", res["task_pairs"], display=False)
+lab.table("toolsuite-paired", res["paired"])
 
 # %%
 lab.metrics(qc.metrics(res))
 lab.client.set_tag(lab.run_id, "toolsuite.verdict", json.dumps({n: v["verdict"] for n, v in res["verdicts"].items()}))
+lab.client.set_tag(lab.run_id, "toolsuite.within_tolerance",
+                   json.dumps({n: v["within_noise"] for n, v in res["verdicts"].items()}))
 lab.table("verdicts", qc.verdict_table(res))

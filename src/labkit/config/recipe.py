@@ -67,6 +67,10 @@ class Recipe:
     # field -> where a value that is not the file's came from ("env AS_SPEC_MIN_ACCEPT",
     # "-p gate", "--gate"); provenance, not part of the hash (the values are)
     origins: dict = field(default_factory=dict)
+    # tool-suite control: how many percentage points below the off runs' band an on run may
+    # score and still pass (the chapter's "within the suite's ±10 noise")
+    toolsuite_tolerance_pts: float = 10.0
+    owner: str | None = None  # who signs the worksheet's keep/reject decision (or `labkit worksheet --owner`)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -129,6 +133,9 @@ class Recipe:
             bad(f"interleave = {self.interleave!r}", "use interleave: random (the default) or abba")
         if any(m < 1 for m in self.verify_m):
             bad("verify_m contains a value < 1", "verify row counts start at 1")
+        if self.toolsuite_tolerance_pts < 0:
+            bad(f"toolsuite_tolerance_pts = {self.toolsuite_tolerance_pts} is negative",
+                "use points below the off band an on run may score, e.g. 10")
         for key in ("model_sha256", "draft_model_sha256"):
             v = getattr(self, key)
             if v is not None and (len(v) != 64 or any(c not in "0123456789abcdef" for c in v.lower())):
