@@ -65,7 +65,7 @@ ITEMS = (
     "engine build (pinned commit)", "model artifact (path + checksum + quant)", "spill / n-cpu-moe (load log)",
     "n_max (off vs candidate)", "acceptance at each step", "mean accept length", "warm decode tok/s (3 runs, range)",
     "end-to-end speedup (TTLT)", "tool suite runs", "production concurrency (re-bench)",
-    "decision (keep/reject, owner)", "dominant inequality term",
+    "decision (keep/reject, owner)", "dominant inequality term", "energy / CPU time per token",
 )
 SHORT = (  # the short field worksheet: (item, accounting rows it is drawn from)
     ("1. engine build + model artifact", ITEMS[0:2]),
@@ -162,7 +162,29 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
         + (f"; speculation: {spec['text']}" if spec else ""), sid)
     term = decision.dominant_term(sw.pred, d, k)
     add(ITEMS[11], "-", term or evidence.no_data(f"no cost-model row for {d} n_max={k}"), "", sid)
+    power = evidence.newest(c, "05_power", recipe)
+    add(ITEMS[12], *_power(c, power), power.id)
     return rows
+
+
+def _power(c, power) -> tuple[str, str, str]:
+    from labkit.report import evidence
+
+    table = evidence.table_or_none(c, power.run, "power-summary") if power.run is not None else None
+    if table is None or table.empty:
+        nd = evidence.no_data(power.why or f"{power.id} logged no power-summary table")
+        return nd, nd, ""
+
+    def cell(r) -> str:
+        j, cpu = r.get("j_per_token"), r.get("cpu_s_per_token")
+        return (f"k={int(r['k'])}: " + (f"{cpu * 1e3:.1f} ms CPU per token" if cpu is not None and pd.notna(cpu)
+                                        else "CPU time not measured")
+                + (f", {j:.3f} J per token" if j is not None and pd.notna(j) else ", energy not measured"))
+
+    base, spec = table[table["k"] == 0], table[table["k"] > 0]
+    return (cell(base.iloc[0]) if len(base) else evidence.no_data("no k=0 power row"),
+            cell(spec.iloc[0]) if len(spec) else evidence.no_data("no speculative power row"),
+            power.tags.get("power.summary", ""))
 
 
 def _toolsuite(tools, cand) -> tuple[bool | None, dict]:
