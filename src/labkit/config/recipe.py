@@ -88,6 +88,10 @@ class Recipe:
     n_max: int | None = None
     n_max_drafter: str | None = None
     n_cpu_moe: int = 0  # llama.cpp --n-cpu-moe: keep the expert tensors of the first N layers on the host
+    # tool-suite control: how many percentage points below the off runs' band an on run may
+    # score and still pass (the chapter's "within the suite's ±10 noise")
+    toolsuite_tolerance_pts: float = 10.0
+    owner: str | None = None  # who signs the worksheet's keep/reject decision (or `labkit worksheet --owner`)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -177,6 +181,9 @@ class Recipe:
             bad(f"concurrency = {self.concurrency}", "list the concurrent streams to measure, e.g. [1, 2, 3, 4, 8]")
         if self.production_concurrency < 1:
             bad(f"production_concurrency = {self.production_concurrency}", "use the c you serve, >= 1 (e.g. 4)")
+        if self.toolsuite_tolerance_pts < 0:
+            bad(f"toolsuite_tolerance_pts = {self.toolsuite_tolerance_pts} is negative",
+                "use points below the off band an on run may score, e.g. 10")
         for key in ("model_sha256", "draft_model_sha256"):
             v = getattr(self, key)
             if v is not None and (len(v) != 64 or any(c not in "0123456789abcdef" for c in v.lower())):

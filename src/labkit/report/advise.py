@@ -12,6 +12,8 @@ import stat
 from pathlib import Path
 
 from labkit.errors import LabkitError
+from labkit.provenance import tracking
+from labkit.report.candidate import candidate  # noqa: F401 - the tool-suite candidate, re-exported
 from labkit.report.queries import load_table, source_run
 
 
@@ -69,29 +71,6 @@ def protocol_winner(c, recipe) -> dict | None:
     return {**json.loads(tag), "sweep": lab_id, "run": run, "sweep_hash": run.data.tags.get("recipe.sweep_hash")}
 
 
-def candidate(c, recipe) -> dict:
-    """The (drafter, k) the tool-suite control runs at: the recipe's ``n_max`` when set
-    (written by ``advise --write``), else the newest sweep's protocol winner, else the
-    recipe's ``toolsuite_k`` with the first drafter; ``why`` says which and on what evidence."""
-    if recipe.n_max is not None:
-        d = recipe.n_max_drafter or recipe.drafters[0]
-        return {"drafter": d, "k": recipe.n_max, "source": f"recipe n_max ({recipe.source or recipe.name})",
-                "why": f"the recipe's n_max = {recipe.n_max} ({d})"}
-    try:
-        win = protocol_winner(c, recipe)
-    except LabkitError as e:
-        win, missing = None, e.problem
-    else:
-        missing = "the newest sweep ran the full grid (no protocol winner)"
-    if win and win["k"] > 0:
-        return {"drafter": win["drafter"], "k": int(win["k"]), "source": win["source"],
-                "why": f"the stepwise protocol's winner [{win['source']}]"}
-    if win:
-        missing = f"the protocol found no winning k (disable) [{win['source']}]"
-    return {"drafter": recipe.drafters[0], "k": recipe.toolsuite_k, "source": "recipe toolsuite_k",
-            "why": f"{missing}; fallback: toolsuite_k = {recipe.toolsuite_k}"}
-
-
 def stale_fields(run, recipe) -> list[str]:
     """Sweep fields whose value in ``recipe`` differs from what the run was made with."""
     p = run.data.params
@@ -100,7 +79,7 @@ def stale_fields(run, recipe) -> list[str]:
         raw = p.get(f) if p.get(f) not in (None, "null") else p.get(f"recipe.{f}")
         if raw is None or raw == "null":
             continue  # a notebook parameter left at None: its effective value is in the hash only
-        if json.loads(raw) != getattr(recipe, f):
+        if raw != tracking.param_text(getattr(recipe, f)):  # params are logged as param_text
             out.append(f"{f}: {raw} in the run, {json.dumps(getattr(recipe, f))} now")
     return out
 

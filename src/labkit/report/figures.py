@@ -58,12 +58,23 @@ def stamp(fig, lab_id: str) -> None:
 
 
 def save(fig, folder: Path, *, lab_id: str, title: str) -> dict[str, Path]:
-    """PNG and SVG, each carrying the ID in its metadata."""
+    """PNG, SVG and PDF (for a chapter to include), each carrying the ID in its metadata
+    (PDF: Subject and Keywords) beside the visible stamp."""
     folder.mkdir(parents=True, exist_ok=True)
-    png, svg = folder / "figure.png", folder / "figure.svg"
+    png, svg, pdf = folder / "figure.png", folder / "figure.svg", folder / "figure.pdf"
     fig.savefig(png, dpi=120, bbox_inches="tight", metadata={"Title": title, "LAB": lab_id, "Software": "labkit"})
     fig.savefig(svg, bbox_inches="tight", metadata={"Title": title, "Identifier": lab_id, "Creator": "labkit"})
-    return {"png": png, "svg": svg}
+    fig.savefig(pdf, bbox_inches="tight", metadata={"Title": title, "Subject": lab_id, "Keywords": lab_id,
+                                                    "Creator": "labkit"})
+    return {"png": png, "svg": svg, "pdf": pdf}
+
+
+def pdf_lab_id(path: Path) -> str | None:
+    """Read the ID back from a PDF's document information (its Subject)."""
+    import re
+
+    m = re.search(rb"/Subject\s*\((.*?)(?<!\\)\)", Path(path).read_bytes(), re.S)
+    return m.group(1).decode("latin-1") if m else None
 
 
 def png_lab_id(path: Path) -> str | None:
