@@ -93,7 +93,7 @@ lab.table("sweep-runs", rows, display=False)
 greedy_t = measure_protocol.decision_temperature(R.temperatures)
 beside = replay.beside_measured(pred["by_k"], rows, temperature=greedy_t) if not pred["by_k"].empty else None
 if beside is not None:
-    lab.table("replay-vs-measured", beside)
+    lab.table("predicted-beside-measured", beside)
     lab.figure("replay_vs_measured", beside, name="replay-vs-measured")
 
 # %%
