@@ -129,7 +129,7 @@ def test_gemma3_has_the_embedded_tokenizer_and_layout(gemma3):
     emb, models = gemma3
     tok = {k: v for k, v in emb.kv.items() if k.startswith("tokenizer.")}
     assert len(tok["tokenizer.ggml.tokens"].value) == 262144
-    for name, (art, g) in models.items():
+    for name, (_art, g) in models.items():
         assert {k: v for k, v in g.kv.items() if k.startswith("tokenizer.")} == tok, name
         assert {k for k in g.kv if k.startswith("gemma3.")} == {k for k in emb.kv if k.startswith("gemma3.")}
         assert g.get("gemma3.block_count") == 6 and g.get("gemma3.attention.sliding_window") == 16

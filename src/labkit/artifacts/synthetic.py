@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from labkit.artifacts import synthetic_gemma3
 from labkit.errors import LabkitError
 
 LABEL = "SYNTHETIC random weights: valid for cost only, never for acceptance"
@@ -58,33 +59,10 @@ CONFIGS: dict[str, dict] = {
     },
 }
 
-_FTYPE_ID = {"Q4_0": 2, "Q8_0": 7, "F16": 1, "F32": 0}  # llama_ftype, written as general.file_type
+_FTYPE_ID = {"Q4_0": 2, "Q8_0": 7, "F16": 1}  # llama_ftype, written as general.file_type
 
-# gemma3 test models (artifacts/synthetic_gemma3.py writes them): the embedded model's
-# architecture and tokenizer, tiny random weights. Six layers because gemma3 makes every
-# sixth layer global (llama.cpp's default pattern; mlx-lm reads layer 5's cache for the
-# global mask), so both kinds of attention and both rope bases run; a 16-position window
-# so a short context already crosses it.
-_GEMMA3 = {
-    "arch": "gemma3", "generator_version": GENERATOR_VERSION, "seed": 2718, "tokenizer": "gemma-3-270m-q4_k_m",
-    "n_vocab": 262144, "n_embd": 64, "n_layer": 6, "n_head": 2, "n_head_kv": 1, "head_dim": 32, "n_ff": 256,
-    "sliding_window": 16, "n_ctx_train": 32768, "rope_freq_base": 1_000_000.0, "rms_eps": 1e-6,
-    # Norm gains are 1 + N(0, norm_std), in the GGUF's (w + 1) form; q/k norms and the output
-    # norm are scaled by qk_gain and output_gain. Measured (greedy, 32 tokens, each workload's
-    # first prompt): embd_std 0.25 with plain q/k norms repeats one token forever, 0.1 never
-    # repeats; 0.15 with sharper attention (qk_gain 2) repeats for a while and moves on (n-gram
-    # drafts: 42 of 52 accepted), and llama.cpp and MLX agree on every token (top-5 logits
-    # within 0.3). qk_gain 4 made attention nearly hard-max: the engines' float differences
-    # then flipped attention and logits moved by up to 7. output_gain only scales the logits
-    # (argmax unchanged): top-1 gaps of a few logits dwarf the engines' differences.
-    "embd_std": 0.15, "norm_std": 0.2, "output_gain": 16.0, "qk_gain": 2.0, "weight_type": "F32",
-}
-CONFIGS["synthetic-gemma3"] = _GEMMA3
-# The same draws written as Q4_0 (the norms stay F32): a draft that mostly agrees with the
-# target and sometimes does not, as gemma-3-270m-q4_0 does for the embedded model.
-CONFIGS["synthetic-gemma3-q4_0"] = {**_GEMMA3, "weight_type": "Q4_0"}
-GEMMA3_LABEL = ("SYNTHETIC random weights with the embedded model's tokenizer: for engine-agreement "
-                "tests, never for acceptance or cost claims")
+# gemma3 test models (the embedded model's tokenizer, tiny random weights): see synthetic_gemma3
+CONFIGS.update(synthetic_gemma3.CONFIGS)
 
 
 def config_for(name: str) -> dict:
@@ -255,11 +233,9 @@ def write(name: str, path, *, tokenizer_gguf=None) -> dict:
     gguf = _gguf()
     c = config_for(name)
     if c["arch"] == "gemma3":
-        from labkit.artifacts.synthetic_gemma3 import write_gemma3
-
         if tokenizer_gguf is None:
             raise LabkitError(f"{name} needs a tokenizer source", f"pass the {c['tokenizer']} GGUF (zoo.get does)")
-        return write_gemma3(c, path, tokenizer_gguf)
+        return synthetic_gemma3.write(c, path, tokenizer_gguf)
     t0 = time.perf_counter()
     rng = np.random.default_rng(c["seed"])
     qtype = gguf.GGMLQuantizationType[c["weight_type"]]

@@ -26,12 +26,41 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 
 import numpy as np
 
 from labkit.artifacts import gguf_meta
-from labkit.artifacts.synthetic import _FTYPE_ID, GEMMA3_LABEL, _gguf, _gguf_version
 from labkit.errors import LabkitError
+
+LABEL = ("SYNTHETIC random weights with the embedded model's tokenizer: for engine-agreement "
+         "tests, never for acceptance or cost claims")
+GENERATOR_VERSION = 1  # bump when the tensors written for a config change
+
+# Six layers because gemma3 makes every sixth layer global (llama.cpp's default pattern;
+# mlx-lm reads layer 5's cache for the global mask), so both kinds of attention and both
+# rope bases run; a 16-position window so a short context already crosses it.
+_BASE = {
+    "arch": "gemma3", "generator_version": GENERATOR_VERSION, "seed": 2718, "tokenizer": "gemma-3-270m-q4_k_m",
+    "n_vocab": 262144, "n_embd": 64, "n_layer": 6, "n_head": 2, "n_head_kv": 1, "head_dim": 32, "n_ff": 256,
+    "sliding_window": 16, "n_ctx_train": 32768, "rope_freq_base": 1_000_000.0, "rms_eps": 1e-6,
+    # Norm gains are 1 + N(0, norm_std), in the GGUF's (w + 1) form; q/k norms and the output
+    # norm are scaled by qk_gain and output_gain. Measured (greedy, 32 tokens, each workload's
+    # first prompt): embd_std 0.25 with plain q/k norms repeats one token forever, 0.1 never
+    # repeats; 0.15 with sharper attention (qk_gain 2) repeats for a while and moves on (n-gram
+    # drafts: 42 of 52 accepted), and llama.cpp and MLX agree on every token (top-5 logits
+    # within 0.3). qk_gain 4 made attention nearly hard-max: the engines' float differences
+    # then flipped attention and logits moved by up to 7. output_gain only scales the logits
+    # (argmax unchanged): top-1 gaps of a few logits dwarf the engines' differences.
+    "embd_std": 0.15, "norm_std": 0.2, "output_gain": 16.0, "qk_gain": 2.0, "weight_type": "F32",
+}
+CONFIGS = {
+    "synthetic-gemma3": _BASE,
+    # The same draws written as Q4_0 (norms stay F32): a draft that mostly agrees with the
+    # target and sometimes does not, as gemma-3-270m-q4_0 does for the embedded model.
+    "synthetic-gemma3-q4_0": {**_BASE, "weight_type": "Q4_0"},
+}
+_FTYPE_ID = {"F32": 0, "Q4_0": 2, "Q8_0": 7}  # llama_ftype, written as general.file_type
 
 
 def layout(c: dict) -> Iterator[tuple[str, tuple, str]]:
@@ -77,9 +106,10 @@ def _copy_tokenizer(w, tokenizer_gguf) -> int:
     return len(src.get("tokenizer.ggml.tokens", []))
 
 
-def write_gemma3(c: dict, path, tokenizer_gguf) -> dict:
+def write(c: dict, path, tokenizer_gguf) -> dict:
     """Write the gemma3 test model of config ``c`` to ``path``; returns its provenance (``made``)."""
-    gguf = _gguf()
+    import gguf
+
     t0 = time.perf_counter()
     rng = np.random.default_rng(c["seed"])
     qtype = gguf.GGMLQuantizationType[c["weight_type"]]
@@ -87,7 +117,7 @@ def write_gemma3(c: dict, path, tokenizer_gguf) -> dict:
     n_bytes = n_params = 0
     try:
         w.add_name("labkit synthetic gemma3 (random weights)")
-        w.add_description(GEMMA3_LABEL)
+        w.add_description(LABEL)
         w.add_file_type(_FTYPE_ID[c["weight_type"]])
         w.add_context_length(c["n_ctx_train"])
         w.add_embedding_length(c["n_embd"])
@@ -120,7 +150,7 @@ def write_gemma3(c: dict, path, tokenizer_gguf) -> dict:
         w.close()
     return {
         "synthetic": True,
-        "label": GEMMA3_LABEL,
+        "label": LABEL,
         "config": dict(c),
         "architecture": "gemma3",
         "n_embd": c["n_embd"],
@@ -133,6 +163,6 @@ def write_gemma3(c: dict, path, tokenizer_gguf) -> dict:
         "total_params": n_params,
         "embedding_params": c["n_vocab"] * c["n_embd"],
         "tokenizer_source": str(tokenizer_gguf),
-        "tool": f"gguf {_gguf_version()} GGUFWriter ({c['weight_type']}), numpy {np.__version__}",
+        "tool": f"gguf {version('gguf')} GGUFWriter ({c['weight_type']}), numpy {np.__version__}",
         "seconds": round(time.perf_counter() - t0, 2),
     }
