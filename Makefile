@@ -2,10 +2,15 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test reproduce lab ui lint bench clean-venv
+.PHONY: setup system-deps test reproduce lab ui lint bench clean-venv
 
 setup:
 	@scripts/setup.sh
+
+# Debian packages the tests need (chromium + chromium-driver for the browser tests,
+# libopenblas0-pthread for MLX, postgresql for the team server); setup runs it too.
+system-deps:
+	@scripts/system-deps.sh
 
 test: setup
 	$(BIN)/python -m pytest

@@ -60,10 +60,7 @@ lab.table("power-runs", rows)
 # %%
 summ = energy.summary(rows)
 lab.table("power-summary", summ)
-for r in summ.itertuples():
-    lab.metric("cpu_s_per_token", r.cpu_s_per_token, lo=r.cpu_s_per_token_min, hi=r.cpu_s_per_token_max, step=r.k)
-    if r.j_per_token is not None:
-        lab.metric("j_per_token", r.j_per_token, lo=r.j_per_token_min, hi=r.j_per_token_max, step=r.k)
+lab.metrics(energy.summary_metrics(summ))
 modes = energy.two_modes(summ)
 lab.client.set_tag(lab.run_id, "power.summary", f"{modes['text']}; energy: {summ['energy'].iloc[0]}")
 print(modes["text"])

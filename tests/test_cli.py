@@ -53,8 +53,17 @@ def test_bench_verify_json():
     for r in d["verify"]:
         assert r["n"] == 3 and r["min"] <= r["median"] <= r["max"] and len(r["values"]) == 3
     assert d["kv_depth"] == 64 and d["H_ms"]["median"] > 0
-    assert d["provenance"]["engine"]["build"]["cmake_args"]
+    # the flags recorded are the ones setup built the wheel with (its build.json), not a fallback
+    import json
+    import sys
+    from pathlib import Path
+
+    built = json.loads((Path(sys.prefix) / "share" / "labkit" / "llama-build.json").read_text())
+    build = d["provenance"]["engine"]["build"]
+    assert build["cmake_args"] == built["cmake_args"] and not build["cmake_args"].startswith("unknown")
+    assert build["llama_cpp_commit"] == built["llama_cpp_commit"]
     assert d["provenance"]["recipe"]["name"] == "default"
+    assert d["provenance"]["recipe"]["gate"]["source"].startswith("recipe file")
 
 
 def test_bench_spec_edit_is_lossless():

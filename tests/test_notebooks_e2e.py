@@ -61,3 +61,14 @@ def test_matrix_worksheet_and_advice_from_the_runs(summary):
     adv = advise.advise(c, eff)
     assert adv["source"] == summary["results"][0]["id"] and adv["per_workload"][0]["workload"] == "edit"
     assert recipe.name == "default"
+
+
+def test_downstream_notebook_alone_finds_the_sweep(summary, store):
+    """03 run on its own, with the recipe's (larger) sweep fields, still finds the tiny sweep
+    of the same recipe; naming a run that is not a sweep is refused with the fix."""
+    again = rp.reproduce(only=["03"], out_dir=str(store / "out-03"))
+    assert again["ok"], again["results"][0]["error"]
+    c = tracking.client()
+    assert c.get_run(again["results"][0]["run_id"]).data.tags["lab.source"] == summary["results"][0]["id"]
+    wrong = rp.reproduce(only=["03"], out_dir=str(store / "out-03b"), params={"sweep": summary["results"][2]["id"]})
+    assert not wrong["ok"] and "not of 02_k_sweep" in wrong["results"][0]["error"]

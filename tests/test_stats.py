@@ -46,5 +46,5 @@ def test_repetition_flags_loops():
 
 def test_spread():
     s = spread([3.0, 1.0, 2.0])
-    assert (s.median, s.min, s.max, s.n) == (2.0, 1.0, 3.0, 3)
+    assert (s["median"], s["min"], s["max"], s["n"]) == (2.0, 1.0, 3.0, 3)
     assert spread([])["median"] is None

@@ -61,9 +61,3 @@ def _ipython():
         return get_ipython()
     except ImportError:
         return None
-
-
-def load_ipython_extension(ip) -> None:  # `%load_ext labkit.lab`
-    from labkit.lab.session import start
-
-    start(ip.user_ns)

@@ -69,6 +69,18 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def summary_metrics(summ: pd.DataFrame) -> list[dict]:
+    """CPU-s/token per k (and J/token where a counter measured it), with their ranges, as metrics."""
+    out = []
+    for r in summ.itertuples():
+        out.append({"name": "cpu_s_per_token", "value": r.cpu_s_per_token, "lo": r.cpu_s_per_token_min,
+                    "hi": r.cpu_s_per_token_max, "step": r.k})
+        if r.j_per_token is not None:
+            out.append({"name": "j_per_token", "value": r.j_per_token, "lo": r.j_per_token_min,
+                        "hi": r.j_per_token_max, "step": r.k})
+    return out
+
+
 def two_modes(summ: pd.DataFrame) -> dict:
     """The k for performance (max tok/s) and for efficiency (min J/token, else min CPU-s/token)."""
     perf = summ.loc[summ["decode_tok_s"].idxmax()]

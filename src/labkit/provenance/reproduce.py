@@ -23,7 +23,6 @@ from labkit.provenance import fingerprint, runtags, tracking
 from labkit.provenance.drift import compare_with_previous
 
 
-
 def notebooks_dir() -> Path:
     """``$LABKIT_NOTEBOOKS`` or the project's notebooks/."""
     env = os.environ.get("LABKIT_NOTEBOOKS")
@@ -145,6 +144,9 @@ def _produced(journal: Path) -> list[dict]:
     return out
 
 
+SWEEP_NOTEBOOK = "02_k_sweep"
+
+
 def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_dir: str | None = None,
               params: dict | None = None, progress: Callable | None = None) -> dict:
     """Run the selected notebooks; returns the summary (also written to the output folder)."""
@@ -161,6 +163,10 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
         res = run_notebook(c, nb, routed[nb], out, progress=progress)
         if res["status"] == "FINISHED":
             res["comparison"] = compare_with_previous(c, res)
+            if nb.stem == SWEEP_NOTEBOOK:  # later notebooks read exactly this sweep
+                for later in nbs[nbs.index(nb) + 1:]:
+                    if "sweep" in declared_parameters(later) and "sweep" not in base:
+                        routed[later]["sweep"] = res["id"]
         results.append(res)
         (out / "summary.json").write_text(json.dumps({"results": results}, indent=1, default=str))
     ok = all(r["status"] == "FINISHED" for r in results)

@@ -14,7 +14,6 @@ from pathlib import Path
 from labkit.errors import LabkitError
 from labkit.provenance import frames, ids, tracking
 from labkit.provenance.tracking import _find_part
-from labkit.report import figures
 
 REL_TOL = 0.10  # for drawn values without a recorded range
 
@@ -42,6 +41,8 @@ def regen_one(c, run_id: str, spec: dict, out_dir: Path) -> dict:
         res["files"] = [str(dest / "table.csv")]
         return res
     import matplotlib.pyplot as plt
+
+    from labkit.report import figures  # matplotlib loads only when something is drawn
 
     fig, drawn = figures.render(spec["kind"], data, **spec.get("kwargs", {}))
     figures.stamp(fig, spec["id"] + " · regenerated")
