@@ -78,7 +78,7 @@ def show(c, sid: SectionId, *, recipe=None, owner: str | None = None) -> dict:
 def regen(c, sid: SectionId, *, out_dir: Path, recipe=None, owner: str | None = None) -> dict:
     """Redraw a section from the logged runs into ``out_dir`` (CSV + markdown) and compare
     it with the newest copy notebook 06 logged (``identical`` is None when there is none)."""
-    from labkit.report import export
+    from labkit.report import tableformat
 
     need_section(sid, "regen")
     b = build(c, sid, recipe=recipe, owner=owner)
@@ -86,8 +86,8 @@ def regen(c, sid: SectionId, *, out_dir: Path, recipe=None, owner: str | None = 
         raise LabkitError(f"{sid}: {b['no_data']}", "run the notebook it names, then regen again")
     dest = out_dir / f"{sid.doc}-{sid.section}"
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "table.csv").write_text(export.render(b, "csv"))
-    (dest / "table.md").write_text(export.render(b, "md"))
+    (dest / "table.csv").write_text(tableformat.render(b, "csv"))
+    (dest / "table.md").write_text(tableformat.render(b, "md"))
     logged = newest_logged(c, sid, recipe)
     res = {"id": str(sid), "title": b["title"], "sources": b["sources"], "rows": len(b["data"]),
            "files": [str(dest / "table.csv"), str(dest / "table.md")], "compared_with": None, "identical": None}
