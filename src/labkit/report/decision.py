@@ -82,7 +82,7 @@ def steps_text(steps: pd.DataFrame | None, rows: pd.DataFrame | None, drafter: s
 
 
 def candidate_verdict(*, e2e: dict | None, decode: float | None, tool_ok: bool | None,
-                      lossless: bool | None) -> tuple[str, list[str]]:
+                      lossless: bool | None, concurrency: bool | None = None) -> tuple[str, list[str]]:
     """keep or reject, with every reason (a missing input makes a keep provisional)."""
     why, provisional = [], []
     gain = e2e["median"] if e2e else decode
@@ -96,6 +96,8 @@ def candidate_verdict(*, e2e: dict | None, decode: float | None, tool_ok: bool |
         provisional.append("no tool-suite run at the candidate")
     if lossless is False:
         why.append("greedy output differs from plain decoding")
+    if concurrency is False:
+        provisional.append("production concurrency not re-benched")
     if why:
         return "reject", why
     return "keep", ([f"provisional: {'; '.join(provisional)}"] if provisional else [])

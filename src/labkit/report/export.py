@@ -13,7 +13,7 @@ from labkit.errors import LabkitError
 from labkit.provenance import ids, tracking
 from labkit.provenance.tracking import _artifacts, _find_part
 from labkit.report.queries import load_table
-from labkit.report.render import FORMATS, render, to_latex, to_markdown  # noqa: F401 - re-exported
+from labkit.report.tableformat import FORMATS, render, to_latex, to_markdown  # noqa: F401 (re-exported)
 
 
 def resolve(c, text: str, *, recipe=None, owner: str | None = None) -> dict:

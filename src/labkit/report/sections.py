@@ -18,7 +18,6 @@ from labkit.provenance import frames
 from labkit.provenance.ids import DOCUMENTS, SectionId, sections_text
 from labkit.report import matrix
 from labkit.report.queries import latest_runs, load_table
-from labkit.report.render import render
 
 
 def logged_name(sid: SectionId) -> str:
@@ -79,14 +78,16 @@ def show(c, sid: SectionId, *, recipe=None, owner: str | None = None) -> dict:
 def regen(c, sid: SectionId, *, out_dir: Path, recipe=None, owner: str | None = None) -> dict:
     """Redraw a section from the logged runs into ``out_dir`` (CSV + markdown) and compare
     it with the newest copy notebook 06 logged (``identical`` is None when there is none)."""
+    from labkit.report import tableformat
+
     need_section(sid, "regen")
     b = build(c, sid, recipe=recipe, owner=owner)
     if b["no_data"]:
         raise LabkitError(f"{sid}: {b['no_data']}", "run the notebook it names, then regen again")
     dest = out_dir / f"{sid.doc}-{sid.section}"
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "table.csv").write_text(render(b, "csv"))
-    (dest / "table.md").write_text(render(b, "md"))
+    (dest / "table.csv").write_text(tableformat.render(b, "csv"))
+    (dest / "table.md").write_text(tableformat.render(b, "md"))
     logged = newest_logged(c, sid, recipe)
     res = {"id": str(sid), "title": b["title"], "sources": b["sources"], "rows": len(b["data"]),
            "files": [str(dest / "table.csv"), str(dest / "table.md")], "compared_with": None, "identical": None}

@@ -153,11 +153,9 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
         sel = decision._warm(rs, d, k)["lossless"].dropna()
         lossless = bool(sel.all()) if len(sel) else None
     word, why = decision.candidate_verdict(e2e=e2e, decode=dec["median"] if dec else None, tool_ok=tool_ok,
-                                           lossless=lossless)
+                                           lossless=lossless, concurrency=conc.run is not None)
     spec = decision.speculation_words(sw.cells, cand, steps=sw.steps, stopped=sw.stopped,
                                       configured=getattr(recipe, "n_max", None)) if sw.cells is not None else None
-    if conc.run is None:
-        why.append("production concurrency not re-benched")
     add(ITEMS[10], "-", f"{word}: {d} n_max={k}" + (f" ({'; '.join(why)})" if why else ""),
         (f"owner: {owner}" if owner else evidence.no_data("no owner: set recipe field owner or pass --owner"))
         + (f"; speculation: {spec['text']}" if spec else ""), sid)

@@ -1,5 +1,5 @@
-"""Tables for writing: one logged table rendered as CSV, Markdown or LaTeX (numbers
-formatted here, for display only; the logged data stay numeric)."""
+"""Tables as text for writing: CSV (numeric, as logged), markdown and LaTeX (display form,
+the ``[LAB: …]`` ID in the caption). Formatting only; nothing here reads the store."""
 
 from __future__ import annotations
 
