@@ -15,6 +15,12 @@ system-deps:
 test: setup
 	$(BIN)/python -m pytest
 
+# The inner loop: every test but those marked slow (papermill end to end, sweeps, servers,
+# browsers, the real-model MLX conversion). `make test` runs them all, as CI does.
+.PHONY: test-quick
+test-quick: setup
+	$(BIN)/python -m pytest -m "not slow"
+
 reproduce: setup
 	$(BIN)/labkit reproduce
 

@@ -236,6 +236,7 @@ def test_describe(mlx_engine):
         assert "correctness" in d["label"]
 
 
+@pytest.mark.slow  # converts the embedded model to ~1.07 GB of float32 once per machine
 def test_recipe_opens_an_mlx_engine(real_mlx_art):
     r = load_recipe("mlx")
     assert r.engine == "mlx" and r.runs == 3
@@ -322,6 +323,7 @@ def test_greedy_tokens_agree_with_llamacpp(syn_llama, mlx_engine, workload):
     assert_agree(syn_llama, mlx_engine, ids)
 
 
+@pytest.mark.slow  # converts the embedded model to ~1.07 GB of float32 once per machine
 def test_converted_embedded_model_agrees_with_llamacpp(engine, real_mlx_art):
     """The real weights once: the converted embedded model's greedy tokens on one prompt."""
     workload, i = REAL_PROMPT

@@ -11,6 +11,8 @@ from labkit.provenance import tracking
 from labkit.report import advise, matrix, worksheet
 from labkit.report.regen import regen
 
+pytestmark = pytest.mark.slow  # papermill end to end: a sweep and five notebooks
+
 SWEEP = {"k": [0, 2], "workloads": ["edit"], "prompts_per_workload": 1, "runs": 1, "max_tokens": 16,
          "drafters": ["ngram"], "temperatures": [0.0]}
 

@@ -41,6 +41,7 @@ def test_id_format_and_parsing():
             ids.parse_id(bad)
 
 
+@pytest.mark.slow  # papermill
 def test_every_code_cell_is_logged_with_its_id(cost_run, store):
     c = tracking.client()
     run = c.get_run(cost_run["run_id"])
@@ -70,6 +71,7 @@ def test_every_code_cell_is_logged_with_its_id(cost_run, store):
     assert m["verify/H_ms"] > 0 and m["verify/H_ms.lo"] <= m["verify/H_ms"] <= m["verify/H_ms.hi"]
 
 
+@pytest.mark.slow  # papermill
 def test_figure_is_stamped_and_regenerates_identically(cost_run, store, tmp_path):
     fig_id = f"{cost_run['id']}/cost-fit"
     res = regen(fig_id, out_dir=tmp_path)
@@ -83,6 +85,7 @@ def test_figure_is_stamped_and_regenerates_identically(cost_run, store, tmp_path
     assert fig_id in (local / "figure.svg").read_text()
 
 
+@pytest.mark.slow  # papermill
 def test_show_resolves_runs_cells_and_artifacts(cost_run):
     s = show(cost_run["id"])
     assert s["notebook"] == "01_cost_fit" and s["parameters"]["kv_depth"] == 32
@@ -96,6 +99,7 @@ def test_show_resolves_runs_cells_and_artifacts(cost_run):
         show(cost_run["id"][:-5] + "zzzzz")
 
 
+@pytest.mark.slow  # papermill
 def test_missing_artifacts_are_a_clear_error(cost_run, store, tmp_path):
     c = tracking.client()
     run = c.get_run(cost_run["run_id"])
@@ -109,6 +113,7 @@ def test_missing_artifacts_are_a_clear_error(cost_run, store, tmp_path):
         art.write_bytes(saved)
 
 
+@pytest.mark.slow  # papermill
 def test_second_reproduction_compares_with_the_first(cost_run, store):
     summary = rp.reproduce(only=["01"], out_dir=str(store / "out2"), params=FAST)
     comp = summary["results"][0]["comparison"]
@@ -137,6 +142,7 @@ def test_drift_arithmetic_flags_what_moved_and_only_that():
     assert moved and moved[0]["band"] == 3.0
 
 
+@pytest.mark.slow  # papermill
 def test_regen_rerun_compares_within_noise(cost_run, store, tmp_path):
     res = regen(f"{cost_run['id']}/verify-per-m", out_dir=tmp_path, rerun=True)
     rr = res["rerun"]
@@ -187,6 +193,7 @@ def nb_dir(tmp_path, monkeypatch):
     return d
 
 
+@pytest.mark.slow  # papermill
 def test_failed_notebook_is_marked_failed_and_keeps_its_records(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "90_breaks.ipynb", [
         ('recipe = "default"\nsteps = 2', ["parameters"]),
@@ -236,6 +243,7 @@ def test_tracking_server_down_is_a_clear_error(monkeypatch, tmp_path):
         rp.reproduce(only=["01_cost_fit"], out_dir=str(tmp_path / "o"), params=FAST)
 
 
+@pytest.mark.slow  # papermill + an MLflow server
 def test_against_a_real_mlflow_server(tmp_path, monkeypatch):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
