@@ -13,8 +13,7 @@ import pytest
 
 from labkit.analysis.lossless import divergence_report
 from labkit.artifacts import synthetic
-from labkit.decoding import loop
-from labkit.decoding import drafters
+from labkit.decoding import drafters, loop
 from labkit.decoding.drafters.base import Draft, Drafter
 from labkit.decoding.drafters.mtp import MTPDrafter
 from labkit.engines.llamacpp import LlamaCppEngine
