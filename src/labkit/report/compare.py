@@ -14,6 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from labkit.errors import LabkitError
+from labkit.provenance.metric_keys import canonical_metrics
 from labkit.report.queries import latest_runs, load_table, run_build, run_host
 
 DIMENSIONS = {
@@ -49,8 +50,8 @@ def _values(c, notebook: str, run) -> pd.Series:
         s = cells.groupby(["workload", "drafter", "k"])["tok_s"].median()
         s.index = [f"{w} {d} k={int(k)} tok/s" for w, d, k in s.index]
         return s
-    m = run.data.metrics
-    return pd.Series({k: v for k, v in sorted(m.items()) if not k.endswith((".lo", ".hi")) and not k.startswith("lab.")},
+    m = canonical_metrics(run.data.metrics)  # runs from before the section/name keys read the same
+    return pd.Series({k: v for k, v in sorted(m.items()) if not k.endswith((".lo", ".hi")) and not k.startswith("lab/")},
                      dtype=float)
 
 
