@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup system-deps test reproduce lab ui lint bench clean-venv
+.PHONY: setup system-deps test reproduce lab ui lint bench clean-venv team-server team-server-stop team-server-status
 
 setup:
 	@scripts/setup.sh
@@ -24,8 +24,11 @@ test-quick: setup
 reproduce: setup
 	$(BIN)/labkit reproduce
 
+# JupyterLab on the project's `labkit` kernel (scripts/setup.sh installs it into the venv),
+# with outputs stripped on save (jupyter-config/); --allow-root where CI/containers run as root.
 lab: setup
-	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser notebooks
+	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser --config jupyter-config/jupyter_server_config.py \
+		$$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks
 
 ui: setup
 	$(BIN)/labkit ui
@@ -38,3 +41,15 @@ bench: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The team's lab book: PostgreSQL + `mlflow server --serve-artifacts` on 127.0.0.1:5005
+# (LABKIT_TEAM_HOST/PORT/DIR/ARTIFACTS: see scripts/team-server.sh and docs/team.md).
+# Prints the URI clients put in MLFLOW_TRACKING_URI.
+team-server: setup
+	@scripts/team-server.sh start
+
+team-server-stop:
+	@scripts/team-server.sh stop
+
+team-server-status:
+	@scripts/team-server.sh status

@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: labkit (.venv)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
@@ -42,7 +42,7 @@ engine = lab.engine()
 res = verify_cost.bench_verify(engine, m_values=R.verify_m, rounds=R.verify_rounds, kv_depth=R.kv_depth, seed=R.seed)
 samples = costmodel.verify_frame(res)
 H = res["H_ms"]
-lab.metric("H_ms", H["median"], lo=H["min"], hi=H["max"])
+lab.metric("verify/H_ms", H["median"], lo=H["min"], hi=H["max"])
 lab.table("verify-per-m", costmodel.per_m_table(res), noise={"median_ms": ["min_ms", "max_ms"], "key": ["m"]})
 
 # %% [markdown]
@@ -53,9 +53,9 @@ lab.table("verify-per-m", costmodel.per_m_table(res), noise={"median_ms": ["min_
 
 # %%
 fit = costmodel.fit_verify(samples)
-lab.metric("verify_a_ms", fit.a, lo=fit.a_ci[0], hi=fit.a_ci[1])
-lab.metric("verify_b_ms", fit.b, lo=fit.b_ci[0], hi=fit.b_ci[1])
-lab.metric("verify_r2", fit.r2)
+lab.metric("verify/a_ms", fit.a, lo=fit.a_ci[0], hi=fit.a_ci[1])
+lab.metric("verify/b_ms", fit.b, lo=fit.b_ci[0], hi=fit.b_ci[1])
+lab.metric("verify/r2", fit.r2)
 lab.table("verify-fit", costmodel.fit_table(fit))
 
 # %%
@@ -82,6 +82,6 @@ if R.cost_models:
     ac = archcost.contrast(arch)
     lab.table("dense-vs-moe-fits", ac["fits"])
     lab.table("dense-vs-moe-per-m", ac["per_m"])
-    lab.metric("synthetic.expert_term_ms_per_row", ac["expert_term_ms_per_row"], lo=ac["expert_term_ci"][0],
+    lab.metric("synthetic/expert_term_ms_per_row", ac["expert_term_ms_per_row"], lo=ac["expert_term_ci"][0],
                hi=ac["expert_term_ci"][1])
     lab.figure("arch_contrast", arch, name="dense-vs-moe")

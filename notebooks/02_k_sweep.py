@@ -8,19 +8,22 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: labkit (.venv)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
-# # 02 · k sweep: tok/s and acceptance for k = 0..6 across workloads
+# # 02 · k sweep: the n_max protocol, tok/s and acceptance across k, workloads, drafters
 #
-# Every (drafter, k) arm and the plain baseline run on the same prompts, interleaved in
-# random order within each run; ≥ 3 warm runs per cell, reported as median and range.
-# Speedup pairs each speculative run with the plain run of the same prompt and run.
-# The cost model then predicts every cell from verify(m), D(k) and the acceptance
-# profile, and names the inequality term behind each losing cell.
+# First the whole greedy sweep is *predicted*: one plain run per prompt, replayed for every
+# k and drafter (with greedy decoding and a deterministic drafter the speculative output is
+# the plain output, so the accept pattern at any k follows from the drafter's proposals
+# alone), priced with the measured verify(m). Then the recipe's protocol measures:
+# `stepwise` (the chapter's n_max protocol) steps k up from 1 per drafter and stops at the
+# first step that loses end-to-end (TTLT) against plain, collapses acceptance, or leaves the
+# tool suite's noise band; `full` measures every k. Every measured arm and the plain
+# baseline run on the same prompts, interleaved, ≥ 3 warm runs per cell (median and range).
 
 # %% tags=["parameters"]
 recipe = "default"
@@ -32,13 +35,17 @@ max_tokens = None
 prompts_per_workload = None
 temperatures = None
 gate = None  # threshold for the gate-on comparison at the global default k
+protocol = None  # "stepwise" (the n_max protocol) or "full" (every k); None: the recipe's
 
 # %%
 from labkit import lab as labkit_lab
-from labkit.analysis import costmodel, sweep_tables
+from labkit.analysis import costmodel, replay, sweep_tables
+from labkit.analysis import protocol as decide
 from labkit.config import runtime
+from labkit.measure import protocol as measure_protocol
 from labkit.measure import sweep, verify_cost
-from labkit.suites.workloads import load_workload
+from labkit.suites import stepcheck
+from labkit.suites.workloads import prompts_for
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
@@ -46,10 +53,48 @@ R = lab.recipe
 # %%
 engine = lab.engine()
 arms = {d: runtime.make_drafter(d, R, engine) for d in R.drafters}
-prompts = [p for w in R.workloads for p in load_workload(w, limit=R.prompts_per_workload)]
-rows = sweep.k_sweep(engine, prompts, drafters=arms, ks=R.k, runs=R.runs, max_tokens=R.max_tokens,
-                     temperatures=tuple(R.temperatures), seed=R.seed, interleave=R.interleave, progress=print)
+prompts = prompts_for(engine, R.workloads, limit=R.prompts_per_workload, seed=R.seed)
+ver = verify_cost.bench_verify(engine, m_values=range(1, max(R.k) + 2), rounds=16, kv_depth=R.kv_depth, seed=R.seed)
+vm = costmodel.fit_verify_model(costmodel.verify_frame(ver))
+
+# %% [markdown]
+# ## The sweep predicted before measuring: replay of one plain run per prompt
+
+# %%
+pred = measure_protocol.predict(engine, prompts, drafters=arms, ks=R.k, max_tokens=R.max_tokens, V=vm.V, H=vm.H,
+                                progress=print)
+lab.table("replay-prediction", pred["per_prompt"], display=False)
+print(f"not replayable (measured only): {pred['not_replayable']}")
+
+# %% [markdown]
+# ## The protocol
+
+# %%
+if R.protocol == "stepwise":
+    suite = stepcheck.SuiteCheck.from_recipe(engine, arms, R, progress=print)
+    res = measure_protocol.stepwise(engine, prompts, drafters=arms, ks=R.k, thresholds=decide.Thresholds.from_recipe(R),
+                                    runs=R.runs, max_tokens=R.max_tokens, temperatures=tuple(R.temperatures),
+                                    seed=R.seed, interleave=R.interleave, suite_check=suite,
+                                    residency=engine.describe().get("residency"), predicted=pred["by_k"],
+                                    progress=print, **lab.arms("sweep"))
+    rows = res["rows"]
+    lab.table("protocol-steps", res["steps"])
+    winner = decide.winner_tag(res["winner"], source=str(lab.id.child("protocol-steps")))
+    lab.client.set_tag(lab.run_id, "protocol.winner", winner)
+    lab.client.set_tag(lab.run_id, "protocol.stopped", res["stopped"][:5000])
+    print(f"protocol winner: {winner}\nstopped: {res['stopped']}")
+else:
+    rows = sweep.k_sweep(engine, prompts, drafters=arms, ks=R.k, runs=R.runs, max_tokens=R.max_tokens,
+                         temperatures=tuple(R.temperatures), seed=R.seed, interleave=R.interleave, progress=print,
+                         **lab.arms("sweep"))
 lab.table("sweep-runs", rows, display=False)
+
+# %%
+greedy_t = measure_protocol.decision_temperature(R.temperatures)
+beside = replay.beside_measured(pred["by_k"], rows, temperature=greedy_t) if not pred["by_k"].empty else None
+if beside is not None:
+    lab.table("predicted-beside-measured", beside)
+    lab.figure("replay_vs_measured", beside, name="replay-vs-measured")
 
 # %%
 cells = sweep_tables.cell_table(rows)
@@ -71,7 +116,8 @@ lab.table("global-default", default_k)
 
 # %%
 gated = sweep.gated_sweep(engine, prompts, drafters=arms, default_k=default_k, make_gate=lambda: runtime.make_gate(R),
-                          runs=R.runs, max_tokens=R.max_tokens, seed=R.seed, interleave=R.interleave, progress=print)
+                          runs=R.runs, max_tokens=R.max_tokens, seed=R.seed, interleave=R.interleave, progress=print,
+                          **lab.arms("gated"))
 if gated is not None:
     lab.table("gate-on-vs-off", sweep_tables.gate_comparison(cells, sweep_tables.cell_table(gated)))
 
@@ -85,12 +131,10 @@ if not rep.empty:
     lab.figure("acceptance_vs_repetition", rep, name="acceptance-vs-repetition")
 
 # %%
-ver = verify_cost.bench_verify(engine, m_values=range(1, max(R.k) + 2), rounds=16, kv_depth=R.kv_depth, seed=R.seed)
-vm = costmodel.fit_verify_model(costmodel.verify_frame(ver))
-pred = costmodel.predict(cells, rows, vm)
-lab.table("cost-model", pred)
-within = float((pred["error"].abs() <= 0.10).mean())
-lab.metric("costmodel.within_10pct", within)
-lab.figure("predicted_vs_measured", pred[pred["temperature"] == 0], name="predicted-vs-measured")
+pred_cells = costmodel.predict(cells, rows, vm, residency=engine.describe().get("residency"))
+lab.table("cost-model", pred_cells)
+within = float((pred_cells["error"].abs() <= 0.10).mean())
+lab.metric("costmodel/within_10pct", within)
+lab.figure("predicted_vs_measured", pred_cells[pred_cells["temperature"] == 0], name="predicted-vs-measured")
 print(f"cost model: {within:.0%} of cells within ±10%; losing cells and their dominant term:")
-print(pred[pred["losing_term"].notna()][["drafter", "workload", "k", "losing_term"]].to_string(index=False))
+print(pred_cells[pred_cells["losing_term"].notna()][["drafter", "workload", "k", "losing_term"]].to_string(index=False))

@@ -8,19 +8,23 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: labkit (.venv)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
-# # 04 · Tool-suite quality control: speculation on vs off
+# # 04 · Tool-suite quality control: speculation on vs off, at the candidate
 #
 # The product suite (`data/toolsuite/`, tool-calling tasks scored on parse, schema, tool
-# and arguments) runs with speculation off and on at the recipe's k. Greedy outputs must
-# agree; any task that differs is listed with its first divergence and logit gap.
-# Sampled runs (seeded) give the noise band: the spread of the off runs. The verdict is
-# "within noise" or the regression in points.
+# and arguments) runs with speculation off and on at the candidate: an explicit
+# `-p toolsuite_k`, else the recipe's `n_max` (written by `labkit advise --write`), else the
+# newest sweep's stepwise-protocol winner, else its best global default (the next cell says
+# which, and from which run). Greedy outputs must agree; any task that differs is listed
+# with its first divergence and logit gap. Sampled runs (seeded) give the noise band: the
+# spread of the off runs. The verdict applies the tolerance in points
+# (`toolsuite_tolerance_pts`, the chapter's ±10) beside that band; a paired test over tasks
+# (exact McNemar, bootstrap) and every task's output on vs off are logged too.
 
 # %% tags=["parameters"]
 recipe = "default"
@@ -29,27 +33,48 @@ toolsuite_k = None
 toolsuite_runs = None
 toolsuite_temperature = None
 toolsuite_tasks = None  # None: the whole suite
+n_max = None  # the candidate k; None: the recipe's, else the newest sweep's protocol winner
+toolsuite_tolerance_pts = None
 
 # %%
 import json
 
 from labkit import lab as labkit_lab
 from labkit.config import runtime
+from labkit.report.candidate import candidate
 from labkit.suites import qc, toolsuite
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
 
 # %%
-engine = lab.engine()
-arms = {d: runtime.make_drafter(d, R, engine) for d in R.drafters}
-tasks = toolsuite.load_tasks()[: R.toolsuite_tasks]
-res = qc.control(engine, tasks, drafters=arms, k=R.toolsuite_k, runs=R.toolsuite_runs,
-                 temperature=R.toolsuite_temperature, seed=R.seed, progress=print)
-lab.table("toolsuite-scores", res["scores"])
-lab.table("greedy-divergences", res["divergences"])
+cand = candidate(lab.client, R)
+print(f"tool suite at n_max = {cand['k']} ({cand['drafter']}): {cand['how']} [{cand['source']}]")
+lab.client.set_tag(lab.run_id, "toolsuite.k", str(cand["k"]))
+lab.client.set_tag(lab.run_id, "toolsuite.k_source", json.dumps(cand))
+lab.client.set_tag(lab.run_id, "toolsuite.tolerance_pts", str(R.toolsuite_tolerance_pts))
 
 # %%
-lab.metrics(qc.metrics(res))
-lab.client.set_tag(lab.run_id, "toolsuite.verdict", json.dumps({n: v["verdict"] for n, v in res["verdicts"].items()}))
-lab.table("verdicts", qc.verdict_table(res))
+engine = lab.engine()
+skip = lab.skip_if(not engine.has_tokenizer, "the model has no tokenizer (SYNTHETIC): the tool suite needs a real "
+                   "vocabulary to build prompts and parse calls")
+
+# %%
+if not skip:
+    arms = {cand["drafter"]: runtime.make_drafter(cand["drafter"], R, engine)}
+    tasks = toolsuite.load_tasks()[: R.toolsuite_tasks]
+    res = qc.control(engine, tasks, drafters=arms, k=cand["k"], runs=R.toolsuite_runs,
+                     temperature=R.toolsuite_temperature, seed=R.seed, tolerance_pts=R.toolsuite_tolerance_pts,
+                     progress=print, **lab.arms("toolsuite"))
+    lab.table("toolsuite-scores", res["scores"])
+    lab.table("greedy-divergences", res["divergences"])
+    lab.table("toolsuite-tasks", res["task_pairs"], display=False)
+    lab.table("toolsuite-paired", res["paired"])
+
+# %%
+if not skip:
+    lab.metrics(qc.metrics(res))
+    lab.client.set_tag(lab.run_id, "toolsuite.verdict", json.dumps({n: v["verdict"] for n, v in res["verdicts"].items()}))
+    lab.client.set_tag(lab.run_id, "toolsuite.within_tolerance",
+                       json.dumps({n: v["within_noise"] for n, v in res["verdicts"].items()}))
+    lab.table("verdicts", qc.verdict_table(res))

@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: labkit (.venv)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
@@ -37,7 +37,7 @@ from labkit import lab as labkit_lab
 from labkit.config import runtime
 from labkit.measure import energy, power
 from labkit.report import advise
-from labkit.suites.workloads import load_workload
+from labkit.suites.workloads import prompts_for
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
@@ -52,9 +52,9 @@ else:
 print(f"k=0 vs {best['drafter']} k={best['k']} (from {best['source']})")
 engine = lab.engine()
 drafter = runtime.make_drafter(best["drafter"], R, engine)
-prompts = load_workload(R.power_workload, limit=R.prompts_per_workload)
+prompts = prompts_for(engine, [R.power_workload], limit=R.prompts_per_workload, seed=R.seed)
 rows = energy.power_runs(engine, prompts, drafter=drafter, k=best["k"], runs=R.runs, max_tokens=R.max_tokens,
-                         seed=R.seed, interleave=R.interleave, progress=print)
+                         seed=R.seed, interleave=R.interleave, progress=print, **lab.arms("power"))
 lab.table("power-runs", rows)
 
 # %%

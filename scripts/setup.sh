@@ -83,10 +83,17 @@ else
     fi
     log "installing labkit into $VENV"
     "$VPY" -m pip install -q --disable-pip-version-check -c requirements/constraints.txt \
-        "$wheel" -e ".[dev,mlx]"
+        "$wheel" -e ".[dev,mlx,postgres]"
     mkdir -p "$VENV/share/labkit"
     cp "$WHEEL_DIR/build.json" "$VENV/share/labkit/llama-build.json"
     echo "$stamp_src" > "$VENV/.labkit-stamp"
+fi
+
+# The notebooks' kernel: `labkit`, this venv's interpreter (make lab, and the notebooks'
+# kernelspec metadata, name it, so no user-level `python3` kernelspec can stand in).
+if [ ! -f "$VENV/share/jupyter/kernels/labkit/kernel.json" ]; then
+    log "installing the 'labkit' Jupyter kernel into $VENV"
+    "$VPY" -m ipykernel install --sys-prefix --name labkit --display-name "labkit (.venv)" >/dev/null
 fi
 
 if [ -n "$sysdeps_pid" ]; then

@@ -53,3 +53,24 @@ def test_expected_step_matches_hand_arithmetic():
     prof2 = {"alpha": [1.0], "p_len_ge": [0.5], "k_max": 1}
     e2 = costmodel.expected_step(prof2, 1, vm, d=(0.0, 0.0), o=(0.0, 0.0))
     assert e2["tokens"] == pytest.approx(1.5) and e2["V_ms"] == pytest.approx(0.5 * 10 + 0.5 * 20)
+
+
+def test_diagnosis_names_each_of_the_chapters_ways_to_lose():
+    vm = costmodel.VerifyModel(H=10.0, fit=costmodel.LinearFit(a=10.0, b=5.0, a_ci=(0, 0), b_ci=(0, 0), r2=1, n=1))
+
+    def step(tokens, V, D):
+        return {"tokens": tokens, "V_ms": V, "D_ms": D, "ms": V + D}
+
+    assert costmodel.diagnose(step(3.0, 20.0, 1.0), 3, vm, 10.0) is None  # 7 ms/token beats H = 10: it wins
+    a = costmodel.diagnose(step(1.0, 14.0, 0.5), 3, vm, 10.0)  # cheap step, nothing accepted
+    assert a["term"] == "a" and a["terms"] == ["a"] and "acceptance collapse (a) dominates" in a["text"]
+    both = costmodel.diagnose(step(1.1, 14.0, 0.5), 3, vm, 10.0)  # either fix alone would make it win
+    assert both["terms"] == ["a", "V"] and "ways it loses: acceptance collapse (a), verify explodes (V)" in both["text"]
+    v = costmodel.diagnose(step(2.5, 60.0, 0.5), 3, vm, 10.0)  # good acceptance, verify of 4 rows = 6 H
+    assert v["term"] == "V" and "V" in v["terms"] and "verify explodes (V)" in v["text"]
+    d = costmodel.diagnose(step(2.5, 12.0, 40.0), 3, vm, 10.0)  # a draft model as dear as the target
+    assert d["term"] == "D" and "draft not cheap (D)" in d["text"]
+    spilled = {"spilled": True, "label": "spilled experts: 6 expert tensors on the host"}
+    vs = costmodel.diagnose(step(2.5, 60.0, 0.5), 3, vm, 10.0, residency=spilled)
+    assert vs["terms"][-1] == "spill" and "6 expert tensors" in vs["text"]
+    assert "spill" not in costmodel.diagnose(step(2.5, 12.0, 40.0), 3, vm, 10.0, residency=spilled)["terms"]

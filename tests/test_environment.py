@@ -29,7 +29,7 @@ def test_environment_yml_matches_pyproject():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip_block = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     extras = py["optional-dependencies"]
-    want = _pins(py["dependencies"] + extras["dev"] + extras["mlx"])
+    want = _pins(py["dependencies"] + extras["dev"] + extras["mlx"] + extras["postgres"])
     have = _pins(pip_block)
     assert want == have
     assert "-e ." in pip_block  # labkit itself

@@ -13,8 +13,8 @@ import pytest
 
 from labkit.analysis.lossless import divergence_report
 from labkit.artifacts import synthetic
-from labkit.decoding import loop
-from labkit.decoding.drafters.base import DRAFTERS, Draft, Drafter
+from labkit.decoding import drafters, loop
+from labkit.decoding.drafters.base import Draft, Drafter
 from labkit.decoding.drafters.mtp import MTPDrafter
 from labkit.engines.llamacpp import LlamaCppEngine
 from labkit.errors import LabkitError
@@ -167,8 +167,16 @@ def test_history_must_follow_the_target(mtp_model):
         d.close()
 
 
-def test_registered():
-    assert DRAFTERS["mtp"] is MTPDrafter
+def test_registered(mtp_model):
+    """The registry makes an MTPDrafter for "mtp" and marks it as needing the MTP context;
+    recipes and --drafter choices read their names from the same registry."""
+    spec = drafters.get("mtp")
+    assert spec.mtp_context and not drafters.get("ngram").mtp_context
+    assert "mtp" in drafters.names()
+    with engine(mtp_model[0]) as e:
+        d = drafters.make("mtp", None, e)
+        assert isinstance(d, MTPDrafter)
+        d.close()
 
 
 def test_a_second_close_does_not_undo_a_newer_drafter(mtp_model, prompt):

@@ -47,18 +47,19 @@ def test_matrix_worksheet_and_advice_from_the_runs(summary):
     c = tracking.client()
     m = matrix.results_matrix(c)
     row = m[m["drafter"] == "ngram"].iloc[0]
-    assert row["id"] == summary["results"][0]["id"] and "×) @" in row["k=2"]
+    assert row["source"] == summary["results"][0]["id"] and "×) @" in row["n_max=2"]
     recipe = load()
     from labkit.config.recipe import effective_recipe
 
     eff = effective_recipe({"recipe": "default", **SWEEP})
-    fields = {f["field"]: f for f in worksheet.worksheet(c, eff)}
-    assert fields["concurrency measured"]["value"].startswith("no data")
-    assert fields["model artifact + checksum"]["value"].endswith(
-        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")
-    assert fields["tool-suite runs"]["source"] == summary["results"][2]["id"]
-    assert "unavailable" in fields["energy per token"]["value"] or "j_per_token" in fields["energy per token"]["value"]
-    assert fields["decision"]["value"].split(":")[0] in ("keep", "widen", "narrow", "disable")
+    fields = {f["item"]: f for f in worksheet.accounting(c, eff)}
+    assert fields["production concurrency (re-bench)"]["candidate"].startswith("no data")
+    assert "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818" in fields[
+        "model artifact (path + checksum + quant)"]["baseline"]
+    assert fields["tool suite runs"]["source"] == summary["results"][2]["id"]
+    assert "per token" in fields["energy / CPU time per token"]["candidate"]
+    assert fields["energy / CPU time per token"]["source"] == summary["results"][3]["id"]
+    assert fields["decision (keep/reject, owner)"]["candidate"].split(":")[0] in ("keep", "reject")
     adv = advise.advise(c, eff)
     assert adv["source"] == summary["results"][0]["id"] and adv["per_workload"][0]["workload"] == "edit"
     assert recipe.name == "default"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pandas as pd
+from scipy.stats import binomtest
+
 from labkit.decoding.drafters.ngram import NgramDrafter
 from labkit.suites import qc, toolsuite
 
@@ -22,6 +25,46 @@ def test_suite_off_vs_on_greedy(engine):
 
 def test_verdict():
     v = qc.verdict([0.60, 0.65, 0.70], [0.62, 0.66, 0.64])
-    assert v["within_noise"] and v["regression_points"] == 0 and "within noise" in v["verdict"]
-    v = qc.verdict([0.60, 0.65, 0.70], [0.50, 0.52, 0.55])
-    assert not v["within_noise"] and abs(v["regression_points"] - 8.0) < 1e-9 and "8.0 points" in v["verdict"]
+    assert v["within_noise"] and v["within_band"] and v["regression_points"] == 0
+    assert "within ±10" in v["verdict"] and "inside the measured band" in v["verdict"]
+    v = qc.verdict([0.60, 0.65, 0.70], [0.50, 0.52, 0.55], tolerance_pts=5)
+    assert not v["within_noise"] and abs(v["regression_points"] - 8.0) < 1e-9
+    assert v["verdict"].startswith("regression") and "worst run 10.0 points" in v["verdict"] and "±5" in v["verdict"]
+
+
+def test_verdict_on_the_chapters_numbers():
+    """The chapter: off 50, on 40 and 47, "within the suite's ±10 noise"."""
+    v = qc.verdict([0.50], [0.40, 0.47])
+    assert v["verdict"].startswith("within ±10") and v["within_noise"]
+    assert not v["within_band"] and abs(v["worst_points_below"] - 10) < 1e-9
+    assert v["off_band"] == [0.50, 0.50] and v["tolerance_pts"] == 10
+    # one point tighter and the 40 is a regression
+    assert qc.verdict([0.50], [0.40, 0.47], tolerance_pts=9)["verdict"].startswith("regression")
+
+
+def _runs(correct: dict[str, list[bool]]) -> pd.DataFrame:
+    return pd.DataFrame([{"task": t, "run": r, "correct": c} for t, cs in correct.items() for r, c in enumerate(cs)])
+
+
+def test_paired_test_mcnemar_and_bootstrap():
+    """SYNTHETIC outcomes: 10 tasks x 1 run; on loses 6 tasks and gains none."""
+    off = _runs({f"t{i}": [True] for i in range(10)})
+    on = _runs({f"t{i}": [i >= 6] for i in range(10)})
+    p = qc.paired_test(off, on)
+    assert (p["pairs"], p["tasks"], p["lost"], p["gained"]) == (10, 10, 6, 0)
+    assert abs(p["mcnemar_p"] - binomtest(6, 6, 0.5).pvalue) < 1e-12 and abs(p["mcnemar_p"] - 2 / 64) < 1e-12
+    assert abs(p["diff_pts"] + 60) < 1e-9 and p["ci_high_pts"] < 0 <= 100 + p["ci_low_pts"]
+    same = qc.paired_test(off, off)
+    assert same["mcnemar_p"] == 1.0 and same["diff_pts"] == 0 and same["ci_low_pts"] == same["ci_high_pts"] == 0
+
+
+def test_paired_test_pairs_by_task_and_run():
+    """SYNTHETIC: the same task in two runs is two pairs; a task's runs are averaged before bootstrapping."""
+    off = _runs({"a": [True, False], "b": [True, True]})
+    on = _runs({"a": [False, True], "b": [True, True]})
+    p = qc.paired_test(off, on)
+    assert (p["pairs"], p["tasks"], p["lost"], p["gained"]) == (4, 2, 1, 1) and p["diff_pts"] == 0
+    t = qc.task_pairs(off.assign(category="single", error=None, output=["x", "y", "z", "z"]),
+                      on.assign(category="single", error=None, output=["x", "q", "z", "z"]))
+    assert list(t["same_output"]) == [True, False, True, True]
+    assert {"output_off", "output_on", "correct_off", "correct_on"} <= set(t.columns)

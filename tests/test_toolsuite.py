@@ -212,6 +212,33 @@ def test_validate_enum():
     assert "not one of" in ts.validate({"city": "Oslo", "unit": "kelvin"}, WEATHER["parameters"])
 
 
+def test_validate_bool_is_not_in_an_integer_enum():
+    """True == 1 in Python; in JSON Schema true is not one of [1] (the old validator let it pass)."""
+    assert ts.validate(1, {"enum": [1]}) is None
+    assert "True is not one of [1]" in ts.validate(True, {"enum": [1]})
+    assert "not one of" in ts.validate(0, {"enum": [False]})
+
+
+def test_validate_applies_schema_valued_additional_properties():
+    """additionalProperties as a schema constrains the extra keys (the old validator ignored it)."""
+    schema = {"type": "object", "properties": {"id": {"type": "string"}},
+              "additionalProperties": {"type": "integer"}}
+    assert ts.validate({"id": "x", "n": 3}, schema) is None
+    assert ts.validate({"id": "x", "n": "3"}, schema) == "arguments.n: expected integer, got str"
+    assert ts.validate({"id": 1}, schema) == "arguments.id: expected string, got int"
+
+
+def test_schema_check_keeps_the_keyword_allow_list_at_every_depth():
+    ok = {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "integer"}}
+    ts.check_schema(ok, where="t")
+    with pytest.raises(LabkitError, match=r"t\.\*: unsupported schema keyword\(s\) \['pattern'\]"):
+        ts.check_schema({**ok, "additionalProperties": {"type": "string", "pattern": "^x"}}, where="t")
+    with pytest.raises(LabkitError, match="unsupported schema keyword"):
+        ts.check_schema({"type": "object", "properties": {"a": {"minLength": 1}}}, where="t")
+    with pytest.raises(LabkitError, match="not a valid JSON Schema"):
+        ts.check_schema({"type": "object", "required": "a"}, where="t")
+
+
 # --- scoring ------------------------------------------------------------------------
 
 def fields(s: ts.TaskScore) -> tuple[bool, ...]:

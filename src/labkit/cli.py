@@ -15,10 +15,14 @@ COMMANDS = {
     "show": "Print what a [LAB: ...] ID points at",
     "regen": "Regenerate a figure or table from its [LAB: ...] ID",
     "worksheet": "The accounting worksheet, filled from logged runs",
+    "export": "A logged table, matrix section or worksheet as csv, md or LaTeX",
     "advise": "Recommended k per workload, from logged measurements",
     "toolsuite": "Tool-calling quality control, speculation on vs off",
     "power": "Energy and CPU time per token, k=0 vs a speculative k",
     "ui": "Start the MLflow UI on loopback",
+    "sync": "Replay local journals into the tracking store (after a server outage)",
+    "compare": "Hosts, builds or commits side by side for one recipe, with ratios",
+    "server": "Build llama.cpp's llama-server from the wheel's sources (cached per machine)",
 }
 
 

@@ -182,11 +182,52 @@ def expected_step(profile: dict, k: int, vm: VerifyModel, d: tuple[float, float]
     return {"tokens": 1 + exp_acc, "V_ms": V, "D_ms": D, "O_ms": ovh, "ms": V + D + ovh}
 
 
-def predict(cells: pd.DataFrame, rows: pd.DataFrame, vm: VerifyModel) -> pd.DataFrame:
-    """Predicted vs measured decode tok/s per cell, the error, and the dominant term.
+LOSING_TERMS = {
+    "a": "acceptance collapse (a)",
+    "V": "verify explodes (V)",
+    "D": "draft not cheap (D)",
+    "spill": "spill",
+}
+
+
+def diagnose(e: dict, k: int, vm: VerifyModel, plain: float, *, residency: dict | None = None) -> dict | None:
+    """Why a step at draft length ``k`` loses, in the chapter's terms, or None if it wins.
+
+    Each way to lose is tested as a counterfactual on the expected step ``e``: would the
+    step win with perfect acceptance (k+1 tokens; if so, acceptance collapse (a) is a
+    cause), with a verify that costs no more than one plain step (V(k+1) = H: verify
+    explodes), with a free draft (D = 0: draft not cheap)? The dominant term is the one
+    whose removal saves the most ms per token. Spill is named beside V where the engine
+    reported weights on the host (``residency``), since host-resident weights are what
+    makes the verify of k+1 rows cost more than one row.
+    """
+    per_tok = e["ms"] / e["tokens"]
+    if k == 0 or per_tok < plain:
+        return None
+    extra_v = e["V_ms"] - vm.H
+    saves = {
+        "a": per_tok - e["ms"] / (k + 1),  # all k drafts accepted
+        "V": extra_v / e["tokens"],
+        "D": e["D_ms"] / e["tokens"],
+    }
+    flips = {t: per_tok - s < plain for t, s in saves.items()}
+    terms = [t for t in ("a", "V", "D") if flips[t]] or [max(saves, key=saves.get)]
+    dom = max(saves, key=saves.get)
+    spill = bool(residency and residency.get("spilled") and ("V" in terms or dom == "V"))
+    if spill:
+        terms.append("spill")
+    text = (f"{LOSING_TERMS[dom]} dominates: (D {e['D_ms']:.1f} + V {e['V_ms']:.1f} ms) / {e['tokens']:.2f} tokens "
+            f"= {per_tok:.1f} ms/token >= H {plain:.1f} ms; ways it loses: {', '.join(LOSING_TERMS[t] for t in terms)}")
+    if spill:
+        text += f" [{residency.get('label')}]"
+    return {"term": dom, "terms": terms, "text": text}
+
+
+def predict(cells: pd.DataFrame, rows: pd.DataFrame, vm: VerifyModel, *, residency: dict | None = None) -> pd.DataFrame:
+    """Predicted vs measured decode tok/s per cell, the error, and why losing cells lose.
 
     A losing cell is explained by the inequality: cost per token (D + V(k+1) + o)/(accepted + 1)
-    against the plain step H + o; the dominating term is the larger of D and V per token.
+    against the plain step H + o, named in the chapter's terms by :func:`diagnose`.
     """
     prof = acceptance_profile(rows)
     dc = draft_cost(rows)
@@ -203,17 +244,13 @@ def predict(cells: pd.DataFrame, rows: pd.DataFrame, vm: VerifyModel) -> pd.Data
             e = expected_step(prof[key], c.k, vm, dc.get(c.drafter, (0.0, 0.0)), o)
         pred = 1e3 * e["tokens"] / e["ms"]
         per_tok = e["ms"] / e["tokens"]
-        term = None
-        if c.k > 0 and per_tok >= plain:
-            dv = {"draft D": e["D_ms"], "verify V(k+1)": e["V_ms"] - vm.H}
-            dom = max(dv, key=dv.get)
-            term = (f"{dom} dominates: (D {e['D_ms']:.1f} + V {e['V_ms']:.1f} ms) / {e['tokens']:.2f} tokens "
-                    f"= {per_tok:.1f} ms/token >= H {plain:.1f} ms")
+        why = diagnose(e, int(c.k), vm, plain, residency=residency)
         out.append({"drafter": c.drafter, "workload": c.workload, "k": c.k, "temperature": c.temperature,
                     "measured_tok_s": c.tok_s, "predicted_tok_s": pred,
                     "error": pred / c.tok_s - 1 if c.tok_s else None,
                     "pred_tokens_per_step": e["tokens"], "pred_D_ms": e["D_ms"], "pred_V_ms": e["V_ms"],
-                    "pred_ms_per_token": per_tok, "H_ms": plain, "losing_term": term})
+                    "pred_ms_per_token": per_tok, "H_ms": plain, "losing_term": why["text"] if why else None,
+                    "losing_terms": ",".join(why["terms"]) if why else None})
     return pd.DataFrame(out)
 
 

@@ -1,10 +1,6 @@
-"""The k sweep: tok/s and acceptance for every (drafter, workload, prompt, k, temperature).
-
-One row per generation. For each prompt, runs are interleaved: every run visits the
-plain baseline (k = 0, shared by all drafters) and each (drafter, k) once, in a fresh
-random order, so drift on a shared machine spreads evenly over the arms. Run 0 of each
-prompt is the cold run (first after load, or first on this prompt) and is kept, marked
-``cold``, but left out of the warm statistics.
+"""The k sweep's tables, from its per-generation rows (no decoding here): cells with
+medians and ranges, best k, the global default, latency, gate on/off, repetition,
+acceptance by position and time lost to rejected drafts.
 """
 
 from __future__ import annotations
@@ -133,18 +129,25 @@ def rejection_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def cell_metrics(cells: pd.DataFrame) -> list[dict]:
-    """Per-cell tok/s and speedup as metrics (step = k), with their recorded ranges."""
+    """Per-cell tok/s and speedup as metrics (step = k), with their recorded ranges, and
+    the best k and its speedup per drafter and workload as scalars a runs table can sort
+    by (``best/k/ngram.edit``; sampled temperatures get a ``.T0.7`` suffix). Keys are
+    ``section/name`` so the MLflow UI groups their charts (provenance/metric_keys.py)."""
     out = []
     for c in cells.itertuples():
         tag = f"{c.drafter}.{c.workload}.T{c.temperature:g}"
-        out.append({"name": f"tok_s.{tag}", "value": c.tok_s, "lo": c.tok_s_min, "hi": c.tok_s_max, "step": c.k})
-        out.append({"name": f"speedup.{tag}", "value": c.speedup, "lo": c.speedup_min, "hi": c.speedup_max,
+        out.append({"name": f"tok_s/{tag}", "value": c.tok_s, "lo": c.tok_s_min, "hi": c.tok_s_max, "step": c.k})
+        out.append({"name": f"speedup/{tag}", "value": c.speedup, "lo": c.speedup_min, "hi": c.speedup_max,
                     "step": c.k})
+    for b in best_k(cells).itertuples():
+        tag = f"{b.drafter}.{b.workload}" + ("" if b.temperature == 0 else f".T{b.temperature:g}")
+        out.append({"name": f"best/k/{tag}", "value": b.best_k})
+        out.append({"name": f"best/speedup/{tag}", "value": b.speedup})
     return out
 
 
 def rejection_metrics(rej: pd.DataFrame, k: int) -> list[dict]:
     """The share of decode time lost to rejected drafts at draft length ``k`` (greedy)."""
     sel = rej[(rej["k"] == k) & (rej["temperature"] == 0)]
-    return [{"name": f"rejected_share.{r.drafter}.{r.workload}", "value": r.rejected_share_of_decode, "step": k}
+    return [{"name": f"rejected_share/{r.drafter}.{r.workload}", "value": r.rejected_share_of_decode, "step": k}
             for r in sel.itertuples()]

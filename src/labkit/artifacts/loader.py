@@ -22,11 +22,26 @@ def resolve_model(recipe, *, draft: bool = False):
     return zoo.get(name, expected_sha256=sha)
 
 
-def open_engine(recipe, *, draft: bool = False, load_mtp: bool = False):
-    """Load the recipe's target (or draft) model on the recipe's engine."""
+def open_engine(recipe, *, draft: bool = False, load_mtp: bool = False, n_seq_max: int = 1,
+                n_ctx: int | None = None, kv_unified: bool = True):
+    """Load the recipe's target (or draft) model on the recipe's engine.
+
+    ``n_seq_max`` > 1 opens a llama.cpp context of that many sequences (the multi-slot
+    loop) with room for ``n_ctx`` positions each (default: the recipe's n_ctx), in one
+    unified KV buffer unless ``kv_unified`` is False (see ``engines.llamacpp``).
+    """
     art = resolve_model(recipe, draft=draft)
     cls = engines.get(recipe.engine)
-    kw = {"n_ctx": recipe.n_ctx, "n_threads": recipe.threads, "artifact": art.describe()}
+    if n_seq_max > 1 and recipe.engine != "llama.cpp":
+        from labkit.errors import LabkitError
+
+        raise LabkitError(f"engine {recipe.engine} has no multi-sequence support",
+                          "run the concurrency re-bench with engine: llama.cpp")
+    per_seq = n_ctx or recipe.n_ctx
+    kw = {"n_ctx": per_seq * n_seq_max, "n_threads": recipe.threads, "artifact": art.describe()}
     if recipe.engine == "llama.cpp":
-        kw.update(n_gpu_layers=recipe.n_gpu_layers, load_mtp=load_mtp)
+        kw.update(n_gpu_layers=recipe.n_gpu_layers, load_mtp=load_mtp,
+                  n_cpu_moe=0 if draft else getattr(recipe, "n_cpu_moe", 0))
+        if n_seq_max > 1:
+            kw.update(n_seq_max=n_seq_max, kv_unified=kv_unified)
     return cls(art.path, **kw)

@@ -195,6 +195,7 @@ class MlxArtifact:
     files: dict[str, str]
     kind: str  # "converted" | "user"
     made: dict = field(default_factory=dict)
+    sha256_verified: bool = False  # checked against a recipe's pinned model_sha256, not only computed
 
     def describe(self) -> dict:
         d = asdict(self)
@@ -216,8 +217,8 @@ def dir_hashes(path: Path) -> tuple[dict[str, str], str]:
 
 
 def _stat_key(path: Path) -> dict:
-    return {p.relative_to(path).as_posix(): [p.stat().st_size, p.stat().st_mtime_ns]
-            for p in sorted(path.rglob("*")) if p.is_file()}
+    """Per file, ``zoo.stat_key`` (size, mtime, and the inode/ctime that os.utime cannot put back)."""
+    return {p.relative_to(path).as_posix(): zoo.stat_key(p) for p in sorted(path.rglob("*")) if p.is_file()}
 
 
 def _read_sidecar(side: Path) -> dict:
@@ -289,6 +290,7 @@ def resolve_mlx_model(name_or_path: str, *, expected_sha256: str | None = None,
             f"directory has {art.sha256}",
             "rebuild it (resolve_mlx_model(..., rebuild=True)) or update model_sha256 in the recipe",
         )
+    art.sha256_verified = bool(expected_sha256)
     return art
 
 

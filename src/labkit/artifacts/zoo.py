@@ -1,9 +1,17 @@
 """The model zoo: the embedded default, variants derived from it, synthetic cost models, user GGUFs.
 
 Every artifact is a file in the cache with a JSON sidecar recording its sha256, size
-and how it was made, so a run can cite exactly which bytes it measured. A sidecar
-whose size/mtime no longer match the file forces the hash to be recomputed, so a
-corrupted or replaced file is caught rather than trusted.
+and how it was made, so a run can cite exactly which bytes it measured. The sidecar's
+hash is reused only while the file's stat key still matches, and that key is more than
+size + mtime (both can be put back with ``os.utime`` after the bytes change): it adds the
+inode, the device and the ctime, which every write, utime, copy or replace moves and no
+user call can set back. So a checksum is computed from the bytes once per change of the
+file, and a corrupted file with the same size and mtime is caught rather than trusted.
+A user's GGUF outside the cache gets the same key in ``cache_dir()/sha256/``.
+
+``sha256_verified`` says whether the recorded sha256 was checked against a pinned one
+(the embedded package's, or a recipe's ``model_sha256``); an unpinned hash is recorded
+as what the bytes hash to, never as verified.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ class ModelArtifact:
     kind: str
     synthetic: bool = False
     made: dict = field(default_factory=dict)
+    sha256_verified: bool = False  # checked against a pinned checksum (package or recipe), not only computed
 
     def describe(self) -> dict:
         d = asdict(self)
@@ -112,28 +121,51 @@ def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".json")
 
 
-def _stat_key(path: Path) -> dict:
+def stat_key(path: Path) -> dict:
+    """What identifies one version of a file's bytes without reading them: size and mtime
+    (settable) plus inode, device and ctime (not settable: moved by every change)."""
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+            "ino": st.st_ino, "dev": st.st_dev}
+
+
+def _hash_record(path: Path) -> Path:
+    """Where the remembered hash of ``path`` lives: its sidecar in the zoo, else the cache."""
+    path = path.resolve()
+    if path.parent == models_dir().resolve():
+        return _sidecar(path)
+    key = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    return cache_dir() / "sha256" / f"{key}.json"
 
 
 def hash_artifact(path: Path) -> str:
-    """sha256 of ``path``, reusing the sidecar's value while size and mtime are unchanged."""
-    side = _sidecar(path)
-    key = _stat_key(path)
-    if side.is_file():
+    """sha256 of ``path``: the remembered value while the file's ``stat_key`` is unchanged,
+    else hashed from the bytes (and remembered, unless a zoo sidecar says otherwise)."""
+    rec = _hash_record(path)
+    key = stat_key(path)
+    meta = {}
+    if rec.is_file():
         try:
-            meta = json.loads(side.read_text())
-            if meta.get("stat") == key and meta.get("sha256"):
-                return meta["sha256"]
+            meta = json.loads(rec.read_text())
         except (json.JSONDecodeError, OSError):
-            pass
-    return sha256_file(path)
+            meta = {}
+        if meta.get("stat") == key and meta.get("sha256"):
+            return meta["sha256"]
+    sha = sha256_file(path)
+    # remember it: a cache record always; a zoo sidecar only when the bytes still hash to what
+    # it says (a changed zoo file is the builder's to replace, and its sidecar must not vouch for it)
+    if rec.parent != path.resolve().parent or meta.get("sha256") == sha:
+        rec.parent.mkdir(parents=True, exist_ok=True)
+        tmp = rec.with_name(rec.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**meta, "path": meta.get("path", str(path.resolve())), "sha256": sha,
+                                   "stat": key}, indent=2))
+        os.replace(tmp, rec)
+    return sha
 
 
 def _write_sidecar(art: ModelArtifact) -> None:
     meta = art.describe()
-    meta["stat"] = _stat_key(art.path)
+    meta["stat"] = stat_key(art.path)
     tmp = _sidecar(art.path).with_suffix(".tmp")
     tmp.write_text(json.dumps(meta, indent=2))
     os.replace(tmp, _sidecar(art.path))
@@ -182,6 +214,7 @@ def _embedded() -> ModelArtifact:
         path.stat().st_size,
         "embedded",
         made={"package": EMBEDDED_PACKAGE, "package_version": _dist_version(EMBEDDED_PACKAGE)},
+        sha256_verified=True,  # the bytes hashed to the package's pinned sha256 (or were just assembled and checked)
     )
     _write_sidecar(art)
     return art
@@ -282,6 +315,8 @@ def get(name_or_path: str, *, expected_sha256: str | None = None, rebuild: bool 
             "the file is corrupt or not the one the recipe names: rebuild it with "
             "`labkit models --rebuild NAME`, or update model_sha256 in the recipe if the change is intended",
         )
+    if expected_sha256:
+        art.sha256_verified = True
     return art
 
 

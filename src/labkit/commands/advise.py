@@ -1,6 +1,11 @@
 """``labkit advise``: the recommended k per workload (and "disable" where nothing wins),
 looked up from the newest logged k sweep of the recipe: the default becomes a lookup,
-not an opinion."""
+not an opinion.
+
+--write puts the stepwise protocol's winner into the recipe file (n_max, n_max_drafter)
+with the LAB ID of the evidence in a comment beside it, so the next reproduction runs the
+tool-suite control at it; it refuses stale evidence (the recipe's sweep fields changed
+since the sweep) and read-only files, and changes no other line."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import argparse
 from labkit.commands import emit
 from labkit.config.recipe import load, resolve
 from labkit.provenance import tracking
-from labkit.report.advise import advise
+from labkit.report.advise import advise, write_winner
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -17,12 +22,20 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--recipe", default=None, help="experiments/<name>.yaml or a path (default: default)")
     p.add_argument("--workload", default=None, help="one workload (default: all measured)")
     p.add_argument("--temperature", type=float, default=0.0, help="sweep temperature to advise for (default 0)")
+    p.add_argument("--write", action="store_true",
+                   help="write the protocol's winner into the recipe file (n_max, n_max_drafter + LAB ID comment)")
     return p
 
 
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    res = advise(tracking.client(), resolve(load(args.recipe)), workload=args.workload, temperature=args.temperature)
+    recipe = resolve(load(args.recipe))
+    if args.write:
+        res = write_winner(tracking.client(), recipe)
+        print(f"{res['written']}: n_max = {res['n_max']}, n_max_drafter = {res['n_max_drafter']} [{res['source']}]")
+        emit(res)
+        return 0
+    res = advise(tracking.client(), recipe, workload=args.workload, temperature=args.temperature)
     for r in res["per_workload"]:
         print(f"{r['workload']:<10} {r['recommend']:<12} (best tested: {r['best_tested']}, "
               f"{r['best_tested_speedup']:.2f}× vs plain) [{res['source']}]")

@@ -1,8 +1,11 @@
-"""``labkit bench verify|spec``: the two measurements everything else is built from.
+"""``labkit bench verify|spec|concurrency|serve``: the measurements everything else is built from.
 
-verify: verify(m) per m (median, range, all samples) and the plain step H, at a KV depth.
-spec:   plain vs speculative generation of one prompt: tok/s, speedup, acceptance by
-        position, mean accepted length, lossless check, gate events.
+verify:      verify(m) per m (median, range, all samples) and the plain step H, at a KV depth.
+spec:        plain vs speculative generation of one prompt: tok/s, speedup, acceptance by
+             position, mean accepted length, lossless check, gate events.
+concurrency: labkit's multi-slot loop at c concurrent streams, k = 0 vs k, per c (see
+             ``labkit bench concurrency --help``).
+serve:       llama.cpp's own llama-server at c concurrent streaming clients, spec off vs on.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from labkit import engines
-from labkit.commands import emit, progress
+from labkit.commands import bench_concurrency, emit, progress
 from labkit.config import runtime
 from labkit.config.recipe import load, resolve
 from labkit.decoding import drafters
@@ -62,6 +65,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     s.add_argument("--temperature", type=float, default=0.0)
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--records", action="store_true", help="include every step record in the JSON")
+    bench_concurrency.add_parsers(sub, common)
     return p
 
 
@@ -103,6 +107,13 @@ def _prompt(args):
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
     recipe = _recipe(args)
+    if args.what in ("concurrency", "serve"):
+        opts = bench_concurrency.parse_args(args, recipe, parse_int_list)
+        run = bench_concurrency.run_concurrency if args.what == "concurrency" else bench_concurrency.run_serve
+        res = run(args, recipe, opts)
+        res["provenance"] = fingerprint.collect(recipe=recipe)
+        emit(res)
+        return 0
     prompt = _prompt(args) if args.what == "spec" else None
     progress(f"loading {recipe.model} on {recipe.engine}")
     names = [args.drafter] if args.what == "spec" and args.k > 0 else []

@@ -1,6 +1,8 @@
 """``labkit regen LAB:…``: regenerate a figure or table from its logged data alone and
 report whether the regenerated data is identical; with --rerun, execute the notebook
-again with the same parameters and compare the new figure with the old within noise."""
+again with the same parameters and compare the new figure with the old within noise.
+A document section ("LAB:RESULTS-MATRIX §E") is redrawn from the logged runs and
+compared with the copy notebook 06 logged, when there is one."""
 
 from __future__ import annotations
 
@@ -9,20 +11,36 @@ from pathlib import Path
 
 from labkit.commands import emit, progress
 from labkit.paths import project_root
-from labkit.report.regen import regen
+from labkit.provenance import ids
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="labkit regen", description=__doc__)
-    p.add_argument("id", help="LAB:<run>/<figure-or-table name> or LAB:<run>/cN")
+    p.add_argument("id", help='LAB:<run>/<figure-or-table name>, LAB:<run>/cN or "LAB:RESULTS-MATRIX §E"')
     p.add_argument("--rerun", action="store_true", help="re-execute the notebook and compare within noise")
     p.add_argument("--out", default=None, help="where regenerated files go (default: runs/regen)")
+    p.add_argument("--recipe", default=None, help="for a worksheet section: the recipe (default: default)")
     return p
 
 
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
     out = Path(args.out) if args.out else project_root() / "runs" / "regen"
+    ref = ids.parse_ref(args.id)
+    if isinstance(ref, ids.SectionId):
+        from labkit.config.recipe import load, resolve
+        from labkit.errors import LabkitError
+        from labkit.provenance import tracking
+        from labkit.report import sections
+
+        if args.rerun:
+            raise LabkitError(f"{ref} is built from many runs; --rerun re-executes one notebook run",
+                              "regen the section without --rerun, or rerun a run it cites (labkit show lists them)")
+        res = sections.regen(tracking.client(), ref, out_dir=out, recipe=resolve(load(args.recipe)))
+        emit(res)
+        return 0 if res["identical"] is not False else 1
+    from labkit.report.regen import regen
+
     res = regen(args.id, out_dir=out, rerun=args.rerun, progress=progress)
     emit(res)
     ok = res["identical"] and (not args.rerun or res["rerun"]["within_noise"])

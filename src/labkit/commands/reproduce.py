@@ -3,6 +3,18 @@
 Writes executed notebooks and cell journals to a timestamped folder (runs/), prints the
 [LAB: ...] IDs produced, compares each run with the previous one of the same recipe, and
 exits 1 if any notebook failed (the failed run is marked FAILED, its records kept).
+
+Runs the notebooks as committed (refuses changed ones unless --allow-dirty), one
+reproduction at a time per checkout and store, each cell within the recipe's
+cell_timeout_s. Exit status: 0 ok, 1 a notebook failed or timed out, 2 bad input or
+refused, 3 (with --fail-on-moved) a metric moved beyond its noise, 130 Ctrl-C,
+143 SIGTERM (the running notebook is marked KILLED, what it logged kept).
+
+Long measurements keep every arm as it finishes. When the newest run of a notebook with
+the same recipe and commit was interrupted (KILLED, FAILED, or RUNNING with its process
+gone), it is resumed: only the arms it did not finish are measured. --resume LAB:ID
+names the run to continue; --no-resume starts afresh. A resume is refused, naming the
+difference, when the recipe's sweep fields, the commit, the model or the engine differ.
 """
 
 from __future__ import annotations
@@ -12,7 +24,7 @@ import json
 
 from labkit.commands import emit, progress
 from labkit.errors import LabkitError
-from labkit.provenance.reproduce import reproduce
+from labkit.provenance.reproduce import Terminated, reproduce
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -24,7 +36,31 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default: runs/<timestamp>-<recipe>)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=JSON",
                    help="a notebook parameter (JSON value), e.g. -p verify_rounds=8; repeatable")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run notebooks that differ from the commit (recorded as lab.allow_dirty)")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="whole-run limit (default: the recipe's run_timeout_s, none)")
+    p.add_argument("--wait", type=_seconds, default=None, metavar="SECONDS",
+                   help="queue behind a reproduction already running here for up to SECONDS (default: refuse)")
+    p.add_argument("--fail-on-moved", action="store_true",
+                   help="exit 3 when a metric moved beyond its noise vs the previous run")
+    p.add_argument("--resume", default=None, metavar="LAB:ID",
+                   help="continue an interrupted (KILLED/FAILED) run: its notebook and parameters, "
+                        "measuring only the arms it did not finish")
+    p.add_argument("--no-resume", action="store_true",
+                   help="start afresh even when the newest run of the same notebook, recipe and commit "
+                        "was interrupted (by default it is resumed)")
     return p
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0 (e.g. 3600)")
+    return v
 
 
 def parse_params(items: list[str]) -> dict:
@@ -42,10 +78,25 @@ def parse_params(items: list[str]) -> dict:
 
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    summary = reproduce(recipe=args.recipe, only=args.only, out_dir=args.out, params=parse_params(args.param),
-                        progress=progress)
+    if args.resume and args.no_resume:
+        raise LabkitError("--resume and --no-resume contradict each other", "pass one of them")
+    try:
+        summary = reproduce(recipe=args.recipe, only=args.only, out_dir=args.out, params=parse_params(args.param),
+                            progress=progress, allow_dirty=args.allow_dirty, timeout=args.timeout, wait=args.wait,
+                            resume=args.resume, auto_resume=not args.no_resume)
+    except Terminated as e:
+        progress("labkit reproduce: terminated (SIGTERM): the running notebook was marked KILLED, its kernel "
+                 "shut down, what it logged kept" + (f"; output in {e.summary['output']}" if e.summary["output"]
+                                                      else ""))
+        emit(e.summary)
+        return 143
     for r in summary["results"]:
         progress(f"{r['status']:8s} [{r['id']}] {r['notebook']}")
+        arms = r.get("arms") or {}
+        if arms.get("planned"):
+            progress(f"           arms {arms.get('done')}/{arms['planned']}"
+                     + (f", {arms['inherited']} from [{r['resumed_from']}]" if arms.get("inherited") else "")
+                     + (f"; drift across the resume: {arms['drift']}" if arms.get("drift") else ""))
         for p in r["produced"]:
             if p["type"] != "cell":
                 progress(f"           [{p['id']}] {p['type']}")
@@ -54,5 +105,9 @@ def main(argv=None) -> int:
             for m in comp["moved"]:
                 progress(f"  MOVED {m['metric']}: {m['previous']:.4g} -> {m['now']:.4g} (band ±{m['band']:.3g}, "
                          f"{m['basis']}) vs [{comp['previous_id']}]")
+            if comp["moved"] and comp.get("contended"):
+                progress(f"  note: {comp['contended']}")
     emit(summary)
-    return 0 if summary["ok"] else 1
+    if not summary["ok"]:
+        return 1
+    return 3 if args.fail_on_moved and summary["moved"] else 0

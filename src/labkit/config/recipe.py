@@ -63,10 +63,35 @@ class Recipe:
     sweep: str | None = None  # LAB ID of the 02_k_sweep run that 03/05/advise read; None: the newest matching
     interleave: str = "random"  # arm order in every comparison: random (per round, seeded) or abba
     notebooks: list[str] = field(default_factory=list)  # empty: all of notebooks/
+    # the concurrency re-bench (07): the c values measured, and the c the verdict is given at
+    production_concurrency: int = 4
+    concurrency: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 8])
     source: str | None = None  # where it was loaded from (filled in by load)
     # field -> where a value that is not the file's came from ("env AS_SPEC_MIN_ACCEPT",
     # "-p gate", "--gate"); provenance, not part of the hash (the values are)
     origins: dict = field(default_factory=dict)
+    # labkit reproduce's limits and guards: they decide whether a run may go on, not what it
+    # measures, so they are left out of the recipe hash (RUN_CONTROL_FIELDS)
+    cell_timeout_s: float | None = 3600.0  # a cell running longer fails its notebook; None: no limit
+    run_timeout_s: float | None = None  # the whole reproduction's limit (`--timeout` overrides); None: none
+    max_busy: float | None = None  # refuse to measure when other processes take more than this
+    # fraction of all CPUs (0..1, e.g. 0.2); None: measure anyway (a busy run is still tagged)
+    # The n_max protocol of notebook 02: "stepwise" steps k up from the smallest k per drafter
+    # and stops at the first step that loses end-to-end (TTLT), collapses acceptance or leaves
+    # the tool suite's band; "full" measures the whole k grid (for figures)
+    protocol: str = "stepwise"
+    protocol_min_speedup: float = 1.0  # the median e2e speedup vs plain a step must exceed
+    protocol_min_acceptance: float = 0.4  # accepted / drafted below this is a collapse: stop
+    protocol_toolsuite_tasks: int = 8  # tasks (spread over the suite) checked per step; 0: no suite check
+    # The candidate: the k (and drafter) that the tool-suite control (04) runs at, written by
+    # `labkit advise --write` from the protocol's winner; None: read the newest sweep's winner
+    n_max: int | None = None
+    n_max_drafter: str | None = None
+    n_cpu_moe: int = 0  # llama.cpp --n-cpu-moe: keep the expert tensors of the first N layers on the host
+    # tool-suite control: how many percentage points below the off runs' band an on run may
+    # score and still pass (the chapter's "within the suite's ±10 noise")
+    toolsuite_tolerance_pts: float = 10.0
+    owner: str | None = None  # who signs the worksheet's keep/reject decision (or `labkit worksheet --owner`)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -78,16 +103,21 @@ class Recipe:
         """Where the effective value of field ``name`` came from."""
         return self.origins.get(name) or (f"recipe file {self.source}" if self.source else "default")
 
+    RUN_CONTROL_FIELDS = ("cell_timeout_s", "run_timeout_s", "max_busy")
+
     @property
     def hash(self) -> str:
-        """sha256 of the normalised recipe fields (not of the YAML text), 12 hex digits."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """sha256 of the normalised recipe fields (not of the YAML text; not of the
+        RUN_CONTROL_FIELDS), 12 hex digits."""
+        d = {k: v for k, v in self.to_dict().items() if k not in self.RUN_CONTROL_FIELDS}
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     SWEEP_FIELDS = (
         "engine", "model", "model_sha256", "draft_model", "draft_model_sha256", "drafters", "k", "workloads",
         "prompts_per_workload", "runs", "max_tokens", "temperatures", "seed", "threads", "n_ctx", "n_gpu_layers",
         "gate", "gate_window", "gate_probe_every", "ngram_min", "ngram_max", "interleave",
+        "protocol", "protocol_min_speedup", "protocol_min_acceptance", "n_cpu_moe",
     )
 
     @property
@@ -129,10 +159,41 @@ class Recipe:
             bad(f"interleave = {self.interleave!r}", "use interleave: random (the default) or abba")
         if any(m < 1 for m in self.verify_m):
             bad("verify_m contains a value < 1", "verify row counts start at 1")
+        if self.protocol not in ("stepwise", "full"):
+            bad(f"protocol = {self.protocol!r}", "use protocol: stepwise (the chapter's n_max protocol) or full")
+        if not 0.0 <= self.protocol_min_acceptance <= 1.0:
+            bad(f"protocol_min_acceptance = {self.protocol_min_acceptance} is outside [0, 1]",
+                "use e.g. protocol_min_acceptance: 0.4")
+        if self.protocol_min_speedup <= 0:
+            bad(f"protocol_min_speedup = {self.protocol_min_speedup}", "use e.g. 1.0 (a step must beat plain)")
+        if self.protocol_toolsuite_tasks < 0:
+            bad(f"protocol_toolsuite_tasks = {self.protocol_toolsuite_tasks}", "use 0 (no suite check) or more")
+        if self.n_max is not None and self.n_max < 0:
+            bad(f"n_max = {self.n_max}", "n_max is a draft length: 0 (disable) or more, or null")
+        if self.n_max_drafter is not None and self.n_max_drafter not in self.drafters:
+            bad(f"n_max_drafter {self.n_max_drafter!r} is not one of the recipe's drafters {self.drafters}",
+                "set n_max_drafter to one of drafters, or add it to drafters")
+        if self.n_cpu_moe < 0:
+            bad(f"n_cpu_moe = {self.n_cpu_moe}", "use 0 (experts follow n_gpu_layers) or N >= 1")
+        if self.n_cpu_moe and self.engine != "llama.cpp":
+            bad(f"n_cpu_moe is a llama.cpp setting (engine is {self.engine})", "drop n_cpu_moe for this engine")
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            bad(f"concurrency = {self.concurrency}", "list the concurrent streams to measure, e.g. [1, 2, 3, 4, 8]")
+        if self.production_concurrency < 1:
+            bad(f"production_concurrency = {self.production_concurrency}", "use the c you serve, >= 1 (e.g. 4)")
+        if self.toolsuite_tolerance_pts < 0:
+            bad(f"toolsuite_tolerance_pts = {self.toolsuite_tolerance_pts} is negative",
+                "use points below the off band an on run may score, e.g. 10")
         for key in ("model_sha256", "draft_model_sha256"):
             v = getattr(self, key)
             if v is not None and (len(v) != 64 or any(c not in "0123456789abcdef" for c in v.lower())):
                 bad(f"{key} is not a sha256 hex digest", "use the 64-hex-digit value `labkit models` prints")
+        for key in ("cell_timeout_s", "run_timeout_s"):
+            if getattr(self, key) is not None and getattr(self, key) <= 0:
+                bad(f"{key} = {getattr(self, key)}", "use a number of seconds > 0, or null for no limit")
+        if self.max_busy is not None and not 0.0 < self.max_busy <= 1.0:
+            bad(f"max_busy = {self.max_busy} is outside (0, 1]",
+                "use the fraction of all CPUs other processes may take, e.g. max_busy: 0.2, or null")
         return self
 
 

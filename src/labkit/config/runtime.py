@@ -12,11 +12,12 @@ from labkit.decoding.gate import AcceptanceGate
 __all__ = ["make_drafter", "make_gate", "open_engine", "open_target", "resolve_model"]
 
 
-def open_target(recipe: Recipe, *, drafter_names=None):
+def open_target(recipe: Recipe, *, drafter_names=None, **kw):
     """The target engine, opened with the MTP context when any of the recipe's drafters
-    (or ``drafter_names``) needs it, so every notebook and command can run ``mtp``."""
+    (or ``drafter_names``) needs it, so every notebook and command can run ``mtp``
+    (``kw``: the multi-slot settings of ``open_engine``)."""
     names = recipe.drafters if drafter_names is None else drafter_names
-    return open_engine(recipe, load_mtp=drafters.needs_mtp_context(names))
+    return open_engine(recipe, load_mtp=drafters.needs_mtp_context(names), **kw)
 
 
 def make_drafter(name: str, recipe: Recipe, target) -> Drafter:

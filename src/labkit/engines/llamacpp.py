@@ -5,6 +5,15 @@ step inside ``generate``. Here a verify of m rows is one explicit ``llama_decode
 an m-row ``llama_batch``, logits are read as zero-copy numpy views of llama.cpp's own
 buffer (a 262k-entry row is never copied to argmax it), and the KV cache is rolled
 back with ``llama_memory_seq_rm``.
+
+Several sequences (``n_seq_max`` > 1) serve the multi-slot loop: ``decode_seqs`` puts
+rows of several sequence ids in one batch, ``seq_rollback`` rolls one sequence back and
+leaves the others alone. The single-sequence API works on sequence 0. Use a unified KV
+buffer (``kv_unified=True``) for them: with one KV stream per sequence llama.cpp splits
+a batch into "equal" micro-batches (the same number of rows from each sequence, and only
+consecutive sequence ids together), so a step whose streams verify 4, 1 and 3 rows runs
+as 4 forward passes instead of one. Unified, the batch is one pass and each row attends
+over the shared buffer under its sequence's mask.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit.engines import residency as rs
 from labkit.engines.base import Engine, EngineError
 from labkit.errors import LabkitError, missing_extra
 
@@ -26,6 +36,7 @@ FTYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q2_K": 10, "Q4_K_M": 15, "Q5_K_M": 17
 
 _LOG: deque[str] = deque(maxlen=200)  # llama.cpp's recent log lines, quoted in errors
 _log_cb = None  # keep the ctypes callback alive for the process lifetime
+_CAPTURE: list[str] | None = None  # every log line while a model loads (residency is read from it)
 _backend_ready = False
 
 
@@ -46,7 +57,10 @@ def _init_backend() -> None:
 
     @lc.llama_log_callback
     def _cb(level, text, user_data):  # noqa: ARG001
-        _LOG.append(text.decode("utf-8", "replace"))
+        line = text.decode("utf-8", "replace")
+        _LOG.append(line)
+        if _CAPTURE is not None:
+            _CAPTURE.append(line)
 
     _log_cb = _cb
     if os.environ.get("LABKIT_LLAMA_LOG") != "stderr":
@@ -165,9 +179,24 @@ class LlamaCppEngine(Engine):
         n_gpu_layers: int = 0,
         n_batch: int = 512,
         load_mtp: bool = False,
+        n_cpu_moe: int = 0,
         artifact: dict | None = None,
+        n_seq_max: int = 1,
+        kv_unified: bool = False,
     ):
+        global _CAPTURE
         _init_backend()
+        _CAPTURE = []
+        try:
+            self._load(model_path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=n_batch,
+                       load_mtp=load_mtp, n_cpu_moe=n_cpu_moe, artifact=artifact, n_seq_max=n_seq_max,
+                       kv_unified=kv_unified)
+        finally:
+            self.load_log, _CAPTURE = "".join(_CAPTURE), None
+        self.residency = self._residency()
+
+    def _load(self, model_path, *, n_ctx, n_threads, n_gpu_layers, n_batch, load_mtp, n_cpu_moe, artifact,
+              n_seq_max, kv_unified):
         lc = self._lc = _lib()
         self.model_path = str(model_path)
         if not Path(self.model_path).is_file():
@@ -176,9 +205,13 @@ class LlamaCppEngine(Engine):
         self.n_gpu_layers = n_gpu_layers
         self.load_mtp = load_mtp
         self.artifact = artifact or {}
+        self.n_cpu_moe = n_cpu_moe
         mp = lc.llama_model_default_params()
         mp.n_gpu_layers = n_gpu_layers
         mp.load_mtp = load_mtp
+        if n_cpu_moe:
+            self._overrides = _expert_overrides(n_cpu_moe)  # kept alive: llama.cpp reads the patterns at load
+            mp.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
         self.model = lc.llama_model_load_from_file(self.model_path.encode(), mp)
         if not self.model:
             raise EngineError(
@@ -186,6 +219,20 @@ class LlamaCppEngine(Engine):
                 "check that the file is a complete GGUF for an architecture this llama.cpp supports "
                 "(rebuild zoo models with `labkit models --rebuild NAME`)",
             )
+        self.n_expert = int(self.meta("{arch}.expert_count") or 0)
+        problem = None
+        if n_cpu_moe and not self.n_expert:
+            problem = LabkitError(f"n_cpu_moe = {n_cpu_moe} asks to keep experts on the host, but "
+                                  f"{Path(self.model_path).name} is a dense model (no {self.meta('general.architecture')}"
+                                  ".expert_count)", "drop n_cpu_moe from the recipe (use n_gpu_layers for dense models)")
+        elif load_mtp and not int(lc.llama_model_n_layer_nextn(self.model)):
+            problem = LabkitError(f"the recipe's drafters include 'mtp', but {Path(self.model_path).name} has no "
+                                  "MTP (nextn) layers", "drop 'mtp' from drafters, or use a model with nextn layers "
+                                  "(e.g. the zoo's synthetic-mtp, or a GLM-4.5 / DeepSeek-V3 / Qwen3.5 GGUF with them)")
+        if problem:
+            lc.llama_model_free(self.model)
+            self.model = None
+            raise problem
         self.vocab = lc.llama_model_get_vocab(self.model)
         self.tok = LlamaVocab(lc, self.vocab)
         self.n_vocab = self.tok.n_vocab
@@ -195,7 +242,15 @@ class LlamaCppEngine(Engine):
         cp.n_ctx = n_ctx
         cp.n_batch = self.n_batch
         cp.n_ubatch = self.n_batch
-        cp.n_seq_max = 1
+        # n_seq_max > 1: kv_unified=False gives one KV stream per sequence (llama-server's
+        # default for -np N), each of n_ctx / n_seq_max positions (rounded to 256);
+        # kv_unified=True one buffer of n_ctx positions shared by all (see the module doc)
+        if not 1 <= n_seq_max <= 64:
+            raise LabkitError(f"n_seq_max = {n_seq_max}", "use 1..64 sequences")
+        self.n_seq_max = n_seq_max
+        self.kv_unified = kv_unified
+        cp.n_seq_max = n_seq_max
+        cp.kv_unified = kv_unified
         cp.n_threads = self.n_threads
         cp.n_threads_batch = self.n_threads
         cp.no_perf = True
@@ -207,7 +262,9 @@ class LlamaCppEngine(Engine):
         if not self.ctx:
             lc.llama_model_free(self.model)
             raise EngineError(f"llama.cpp could not create a context: {recent_log(4)}", "lower n_ctx")
-        self.n_ctx = lc.llama_n_ctx(self.ctx)
+        # the positions one sequence can hold (== the whole context when n_seq_max is 1)
+        self.n_ctx_total = lc.llama_n_ctx(self.ctx)
+        self.n_ctx = lc.llama_n_ctx_seq(self.ctx)
         self.mem = lc.llama_get_memory(self.ctx)
         self.batch = lc.llama_batch_init(self.n_batch, 0, 1)
         # Fixed per-row fields are written once; token/pos/logits flags via numpy views.
@@ -222,6 +279,8 @@ class LlamaCppEngine(Engine):
         self.n_past = 0
         self.kv_tokens: list[int] = []
         self.decode_hooks: list = []  # callables(tokens, first_pos) run after each decode (MTP)
+        self._mbatch = None  # the multi-sequence batch, made on first use (see decode_seqs)
+        self.seq_n_past = [0] * n_seq_max  # per-sequence positions of the multi-sequence API
 
     # -- core ---------------------------------------------------------------------
     def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> None:
@@ -277,6 +336,112 @@ class LlamaCppEngine(Engine):
         self.n_past = min(self.n_past, n_past)
         del self.kv_tokens[self.n_past :]
 
+    # -- several sequences (the multi-slot loop) ------------------------------------------
+    # Sequence s holds positions 0..seq_n_past[s]-1. These calls and the single-sequence
+    # API above share sequence 0: call seq_clear() when switching between the two.
+    def _multi_batch(self):
+        if self._mbatch is None:
+            b = self._mbatch = self._lc.llama_batch_init(self.n_batch, 0, 1)
+            for i in range(self.n_batch):
+                b.n_seq_id[i] = 1
+            self._mtok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+            self._mpos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+            self._mout = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        return self._mbatch
+
+    def decode_seqs(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[int]:
+        """One ``llama_decode`` of rows from several sequences, every row with its logits.
+
+        ``parts``: (sequence id, tokens) pairs, each appended at that sequence's next
+        positions. Returns, per part, the index of its first output row (rows are read with
+        :meth:`logits` / :meth:`argmax_rows`, in the order of ``parts``). Synchronised on return.
+        """
+        n = sum(len(t) for _, t in parts)
+        if n == 0 or n > self.n_batch:
+            raise EngineError(f"decode_seqs with {n} rows (the batch holds 1..{self.n_batch})",
+                              "this is a bug in the caller")
+        lc = self._lc
+        b = self._multi_batch()
+        offsets, i = [], 0
+        for s, toks in parts:
+            if not 0 <= s < self.n_seq_max:
+                raise EngineError(f"sequence id {s} is outside 0..{self.n_seq_max - 1}",
+                                  "open the engine with n_seq_max >= the number of streams")
+            m = len(toks)
+            if self.seq_n_past[s] + m > self.n_ctx:
+                raise EngineError(f"sequence {s} needs {self.seq_n_past[s] + m} positions but holds {self.n_ctx}",
+                                  "shorten the prompt or max_tokens, or raise n_ctx")
+            offsets.append(i)
+            self._mtok[i : i + m] = toks
+            self._mpos[i : i + m] = np.arange(self.seq_n_past[s], self.seq_n_past[s] + m)
+            for j in range(i, i + m):
+                b.seq_id[j][0] = s
+            i += m
+        self._mout[:n] = 1
+        b.n_tokens = n
+        rc = lc.llama_decode(self.ctx, b)
+        if rc != 0:
+            for s, _ in parts:  # whatever this batch wrote is not trusted
+                lc.llama_memory_seq_rm(self.mem, s, self.seq_n_past[s], -1)
+            raise EngineError(f"llama_decode returned {rc} for a batch of {n} rows over {len(parts)} sequences: "
+                              f"{recent_log(4) or 'no log'}",
+                              "if a sequence's context is full raise n_ctx; otherwise rerun, and report the log")
+        for s, toks in parts:
+            self.seq_n_past[s] += len(toks)
+        lc.llama_synchronize(self.ctx)
+        self._rows = n
+        return offsets
+
+    def seq_prefill(self, seq: int, prompt: Sequence[int]) -> int:
+        """Put ``prompt`` in sequence ``seq`` (empty before), chunked as :meth:`prefill` chunks
+        it, with the last row's logits; returns the rows decoded."""
+        self.seq_rollback(seq, 0)
+        lc = self._lc
+        b = self._multi_batch()
+        n = len(prompt)
+        for off in range(0, n, self.n_batch):
+            chunk = prompt[off : off + self.n_batch]
+            m = len(chunk)
+            base = self.seq_n_past[seq]
+            self._mtok[:m] = chunk
+            self._mpos[:m] = np.arange(base, base + m)
+            for j in range(m):
+                b.seq_id[j][0] = seq
+            self._mout[:m] = 0
+            if off + m == n:
+                self._mout[m - 1] = 1
+            b.n_tokens = m
+            rc = lc.llama_decode(self.ctx, b)
+            if rc != 0:
+                self.seq_rollback(seq, 0)
+                raise EngineError(f"llama_decode returned {rc} prefilling sequence {seq}: {recent_log(4) or 'no log'}",
+                                  "shorten the prompt or raise n_ctx")
+            self.seq_n_past[seq] += m
+        lc.llama_synchronize(self.ctx)
+        self._rows = 1
+        return n
+
+    def seq_rollback(self, seq: int, n_past: int) -> None:
+        """Drop positions >= ``n_past`` of sequence ``seq`` only."""
+        if n_past < self.seq_n_past[seq]:
+            if not self._lc.llama_memory_seq_rm(self.mem, seq, n_past, -1):
+                raise EngineError(f"llama.cpp could not roll sequence {seq} back to position {n_past}",
+                                  "this model's cache type cannot be partially erased; speculation needs one that can")
+        self.seq_n_past[seq] = min(self.seq_n_past[seq], n_past)
+
+    def seq_clear(self) -> None:
+        """Empty every sequence (and the single-sequence state of sequence 0)."""
+        self._lc.llama_memory_clear(self.mem, True)
+        self.seq_n_past = [0] * self.n_seq_max
+        self.n_past = 0
+        self.kv_tokens = []
+
+    def argmax_rows(self, rows: int | None = None) -> np.ndarray:
+        """The argmax of each of the first ``rows`` output rows of the last decode (one numpy call)."""
+        rows = self._rows if rows is None else rows
+        ptr = self._lc.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab)).argmax(axis=1)
+
     # -- tokens ---------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         return self.tok.tokenize(text, add_bos=add_bos)
@@ -291,20 +456,43 @@ class LlamaCppEngine(Engine):
         return self.tok.token_text(token)
 
     # -- provenance -------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value of the loaded model; ``{arch}`` expands to its architecture."""
+        lc = self._lc
+        if "{arch}" in key:
+            key = key.format(arch=self.meta("general.architecture"))
+        buf = ctypes.create_string_buffer(512)
+        n = lc.llama_model_meta_val_str(self.model, key.encode(), buf, 512)
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def _residency(self) -> dict:
+        info = build_info()
+        asked = {"n_gpu_layers": self.n_gpu_layers, "n_cpu_moe": self.n_cpu_moe}
+        apple = sys.platform == "darwin" and any(m in info["system_info"] for m in ("Metal", "MTL"))
+        res = rs.residency(asked, rs.parse_load_log(self.load_log), gpu_offload=info["gpu_offload_supported"],
+                           apple=apple, moe=self.n_expert > 0)
+        n_layer = self._lc.llama_model_n_layer(self.model)
+        on_acc = min(res["placed"]["layers_offloaded"] or 0, n_layer)  # the output layer is counted apart
+        res.update(layers_on_accelerator=on_acc, layers_on_host=n_layer - on_acc)
+        return res
+
     def describe(self) -> dict:
         lc = self._lc
         buf = ctypes.create_string_buffer(256)
         lc.llama_model_desc(self.model, buf, 256)
         n_layer = lc.llama_model_n_layer(self.model)
-        offload = build_info()["gpu_offload_supported"]
-        on_acc = min(self.n_gpu_layers if self.n_gpu_layers >= 0 else n_layer, n_layer) if offload else 0
         return {
             "engine": self.name,
             "build": build_info(),
             "threads": self.n_threads,
             "n_gpu_layers": self.n_gpu_layers,
+            "n_cpu_moe": self.n_cpu_moe,
+            "n_expert": self.n_expert,
             "n_ctx": self.n_ctx,
             "n_batch": self.n_batch,
+            "n_seq_max": self.n_seq_max,
+            "n_ctx_total": self.n_ctx_total,
+            "kv_unified": self.kv_unified,
             "swa_full": True,
             "model_path": self.model_path,
             "model_desc": buf.value.decode(),
@@ -313,11 +501,7 @@ class LlamaCppEngine(Engine):
             "n_layer": n_layer,
             "n_vocab": self.n_vocab,
             "model": self.artifact,
-            "residency": {
-                "layers_on_accelerator": on_acc,
-                "layers_on_host": n_layer - on_acc,
-                "note": "all weights and KV on the host" if on_acc == 0 else "partial/full offload as requested",
-            },
+            "residency": self.residency,
         }
 
     def close(self) -> None:
@@ -325,6 +509,9 @@ class LlamaCppEngine(Engine):
         if getattr(self, "batch", None) is not None:
             lc.llama_batch_free(self.batch)
             self.batch = None
+        if getattr(self, "_mbatch", None) is not None:
+            lc.llama_batch_free(self._mbatch)
+            self._mbatch = None
         if getattr(self, "ctx", None):
             lc.llama_free(self.ctx)
             self.ctx = None
@@ -337,6 +524,31 @@ class LlamaCppEngine(Engine):
             self.close()
         except Exception:
             pass
+
+
+def _expert_overrides(n_cpu_moe: int):
+    """A NULL-terminated ``llama_model_tensor_buft_override[]`` putting the expert tensors of
+    layers 0..n-1 in the CPU buffer type: what llama.cpp's ``--n-cpu-moe N`` builds (common.h)."""
+
+    class Override(ctypes.Structure):
+        _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+    lib = _ggml_cpu()
+    lib.ggml_backend_cpu_buffer_type.restype = ctypes.c_void_p
+    buft = lib.ggml_backend_cpu_buffer_type()
+    patterns = rs.expert_patterns(n_cpu_moe)
+    arr = (Override * (len(patterns) + 1))(*[Override(p.encode(), buft) for p in patterns], Override(None, None))
+    return arr
+
+
+def _ggml_cpu():
+    """ggml's CPU backend library, shipped beside libllama in the llama_cpp package."""
+    lib_dir = Path(_lib().__file__).parent / "lib"
+    for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll", "libggml.so", "libggml.dylib"):
+        if (lib_dir / name).exists():
+            return ctypes.CDLL(str(lib_dir / name))
+    raise EngineError(f"ggml's CPU backend library is not in {lib_dir}",
+                      "reinstall llama-cpp-python (make setup), or drop n_cpu_moe from the recipe")
 
 
 def quantize(src: Path, dst: Path, *, ftype: str, threads: int | None = None) -> dict:

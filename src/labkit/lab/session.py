@@ -8,10 +8,22 @@ Cells that ran before ``start`` (the parameters) are logged from the kernel's hi
 Under ``labkit reproduce`` the run already exists (``LABKIT_RUN_ID``); interactively,
 ``start`` creates it. Each record goes first to a local journal (JSON lines) and then
 to MLflow, so a tracking store that fails mid-run loses nothing already measured.
+
+An interactive run (JupyterLab, VS Code, a console) is named after its notebook
+(``lab.notebook``) and closes itself, since no notebook calls ``finish()``:
+
+- when the notebook's last code cell has run: FINISHED, or FAILED while a cell that
+  raised has not since run without error;
+- running any cell after that continues the same run (RUNNING again, said in the
+  output) until the last cell runs again;
+- on kernel shutdown or restart (``atexit``), the same rule closes a run still open;
+- running ``start()`` again in the same kernel closes the current run by that rule and
+  begins a new one (a new LAB ID), both said in the output.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -23,12 +35,15 @@ from pathlib import Path
 
 from labkit.config.recipe import Recipe, effective_recipe
 from labkit.errors import LabkitError
+from labkit.lab import notebook as nbinfo
 from labkit.lab.ipython import _assigned_names, _display, _display_md, _ipython, _jsonable
 from labkit.paths import project_root
-from labkit.provenance import fingerprint, frames, ids, runtags, tracking
+from labkit.provenance import arms as arm_journal
+from labkit.provenance import fingerprint, frames, ids, resume, run_page, runtags, tracking
 from labkit.report import figures
 
 _SESSION: Lab | None = None
+OFFLINE_PROBE_S = 30.0
 
 
 
@@ -43,17 +58,24 @@ class Lab:
     """The provenance session of one notebook run."""
 
     def __init__(self, *, notebook: str, recipe: Recipe, params: dict, run_id: str | None = None,
-                 lab_run: str | None = None):
+                 lab_run: str | None = None, where: nbinfo.Notebook | None = None):
         self.notebook = notebook
+        self.where = where or nbinfo.Notebook(notebook, "given")
+        self.status = "RUNNING"  # of an interactive run: RUNNING until closed (see the module doc)
+        self._failed: dict[str, str] = {}  # cell key -> error, for cells that raised and were not re-run OK
+        self._found: dict[str, float] = {}  # metric -> last value, for the run's description
         self.recipe = recipe
         self.params = params
-        self.client = tracking.client()
+        # under reproduce the run exists already: a server away now is the journal's job
+        self.client = tracking.client(check=run_id is None)
         self.owns_run = run_id is None
         if self.owns_run:
             prov = fingerprint.collect(recipe=recipe)
             tags = {**runtags.flat_tags(prov), "papermill.parameters": json.dumps(params, default=str),
-                    "lab.mode": "interactive", "lab.notebook": notebook}
-            self.run_id, self.id = tracking.new_run(self.client, notebook=notebook, recipe=recipe, tags=tags)
+                    "lab.mode": "interactive", "lab.notebook": notebook, "lab.pid": os.getpid()}
+            source = str(self.where.path) if self.where.path else None
+            self.run_id, self.id = tracking.new_run(self.client, notebook=notebook, recipe=recipe, tags=tags,
+                                                    source=source)
             tracking.log_json(self.client, self.run_id, prov, "fingerprint.json")
         else:
             self.run_id, self.id = run_id, ids.LabId(lab_run)
@@ -65,29 +87,57 @@ class Lab:
         self._produced: dict = {}
         self._names: set[str] = set()
         self._mlflow_error: str | None = None
+        self._book: arm_journal.ArmBook | None = None  # the arms of long measurements (see arms())
+        self._engine_tags: dict = {}
+        self._offline_since: float | None = None  # MLflow failed: journal only, re-probed now and then
         self._log_params()
+        if not self.owns_run:  # whether a RUNNING run's writer is gone (see provenance.resume)
+            self._mlflow(lambda: self.client.set_tag(self.run_id, "lab.kernel_pid", str(os.getpid())))
 
     # -- what notebooks call -----------------------------------------------------------
     def cite(self, part: str | None = None) -> str:
         return (self.id.child(part) if part else self.id).cite
 
-    def engine(self, *, draft: bool = False, load_mtp: bool = False):
-        """Open the recipe's engine and tag the run with its build, flags and model."""
-        from labkit.config.runtime import open_engine
+    def engine(self, *, draft: bool = False, load_mtp: bool | None = None, **kw):
+        """Open the recipe's engine and tag the run with its build, flags, model and residency.
+        The target opens with the MTP context whenever the recipe's drafters need it
+        (``load_mtp=None``), so every notebook can run ``mtp``; ``kw``: ``n_seq_max``,
+        ``n_ctx`` per sequence, for the multi-slot loop."""
+        from labkit.config.runtime import open_engine, open_target
 
-        e = open_engine(self.recipe, draft=draft, load_mtp=load_mtp)
+        if draft:
+            e = open_engine(self.recipe, draft=True, load_mtp=bool(load_mtp), **kw)
+        elif load_mtp is None:
+            e = open_target(self.recipe, **kw)
+        else:
+            e = open_engine(self.recipe, load_mtp=load_mtp, **kw)
         desc = e.describe()
         prefix = "draft." if draft else ""
+        if not draft:
+            self._engine_tags = runtags.engine_tags(desc)
+        self._journal({"type": "engine", "prefix": prefix, "describe": desc})
         self._mlflow(lambda: [self.client.set_tag(self.run_id, prefix + k, str(v)[:5000])
                               for k, v in runtags.engine_tags(desc).items()])
         self._mlflow(lambda: tracking.log_json(self.client, self.run_id, desc, f"{prefix}engine.json"))
         return e
+
+    def skip_if(self, condition: bool, reason: str) -> bool:
+        """When ``condition`` holds, record that the rest of this notebook does not apply and why
+        (run tag ``lab.skipped``, the journal, stdout); the notebook's later cells check the result."""
+        if condition:
+            print(f"SKIPPED: {reason}")
+            self._journal({"type": "skipped", "reason": reason})
+            self._mlflow(lambda: self.client.set_tag(self.run_id, "lab.skipped", reason[:5000]))
+        return bool(condition)
 
     def metric(self, name: str, value: float, *, lo: float | None = None, hi: float | None = None,
                step: int | None = None) -> float:
         """Log a metric, with its recorded range (lo, hi) when it has one."""
         entry = {"name": name, "value": float(value), "lo": lo, "hi": hi, "step": step}
         self._produced.setdefault("metrics", []).append(entry)
+        self._found[name] = float(value)
+        if lo is not None and hi is not None:
+            self._found.update({f"{name}.lo": float(lo), f"{name}.hi": float(hi)})
         self._journal({"type": "metric", **entry})
 
         def log():
@@ -115,6 +165,8 @@ class Lab:
                 "data_sha256": frames.digest(text), "noise": noise or {}}
         self._artifact(f"tables/{name}", {"data.json": text, "table.csv": df.to_csv(index=False),
                                           "spec.json": json.dumps(spec, indent=1)})
+        # the same rows for MLflow's own table view and mlflow.load_table (data.json stays the exact record)
+        self._mlflow(lambda: self.client.log_table(self.run_id, data=df, artifact_file=f"tables/{name}/table.json"))
         self._produced.setdefault("tables", []).append(spec)
         self._journal({"type": "table", **spec})
         if display:
@@ -145,35 +197,82 @@ class Lab:
         plt.close(fig)
         return lab_id
 
+    def arms(self, kind: str) -> dict:
+        """``on_arm`` and ``skip`` for a long measurement, to pass through:
+        ``sweep.k_sweep(..., **lab.arms("sweep"))``. Each arm it finishes is journaled
+        (locally, then to MLflow) as it finishes; when this run resumes an interrupted one
+        (``labkit reproduce --resume``), the arms that run kept are inherited and skipped,
+        after checking that the recipe, commit, model and engine build are the same."""
+        if self._book is None:
+            self._book = arm_journal.ArmBook(client=self.client, run_id=self.run_id, run_key=self.id.run,
+                                             journal=self._journal, mlflow=self._mlflow)
+        skip = {}
+        source = os.environ.get("LABKIT_RESUME_FROM")
+        if source:
+            prev = self.client.get_run(source)
+            resume.check(prev, resume.identity(self.recipe, commit=fingerprint.git_info()["commit"],
+                                               engine_tags=self._engine_tags))
+            entries = arm_journal.read_arms(self.client, prev, kind)
+            skip = self._book.inherit(kind, entries, source=prev.data.tags.get("lab.run", source))
+        return {"on_arm": self._book.on_arm(kind), "skip": skip}
+
+    def _arms_drift(self) -> None:
+        """After a cell: for each kind of arm completed across a resume, the drift table."""
+        import pandas as pd
+
+        for kind in self._book.drift_due() if self._book is not None else []:
+            seams = arm_journal.drift_table(self._book.rows_in_order(kind))
+            self._book.kind(kind).drift = seams
+            if not seams:
+                continue
+            self.table(f"arms-drift-{kind}", pd.DataFrame(seams), display=False)
+            moved = [s for s in seams if s["moved"]]
+            verdict = ("moved: " + ", ".join(f"x{s['ratio']:.2f} (band ±{s['band']:.0%})" for s in moved)
+                       if moved else "within noise")
+            self._mlflow(lambda v=verdict, t=f"arms.drift.{kind}": self.client.set_tag(self.run_id, t, v))
+            if moved or not any(s["moved"] for k in self._book.kinds.values() for s in k.drift):
+                self._mlflow(lambda v=verdict: self.client.set_tag(self.run_id, "arms.drift", v))
+            print(f"labkit.lab: arms {kind} across the resume: plain tok/s {verdict}", file=sys.stderr)
+
     # -- cell hooks ----------------------------------------------------------------------
     def _pre(self, info=None) -> None:
         self._t0 = time.perf_counter()
         self._produced = {}
+        if self.owns_run and self.status != "RUNNING":
+            self._reopen()
 
     def _post(self, result) -> None:
-        source = result.info.raw_cell if getattr(result, "info", None) is not None else ""
+        info = getattr(result, "info", None)
+        source = info.raw_cell if info is not None else ""
+        cell_id = getattr(info, "cell_id", None)
         err = result.error_in_exec or result.error_before_exec
         status = "ok" if err is None else "error"
         duration = time.perf_counter() - self._t0 if self._t0 is not None else None
-        self._log_cell(source, status=status, duration=duration,
-                       error=None if err is None else f"{type(err).__name__}: {err}")
+        self._arms_drift()
+        error = None if err is None else f"{type(err).__name__}: {err}"
+        self._log_cell(source, status=status, duration=duration, error=error, cell_id=cell_id)
         self._t0 = None
+        if self.owns_run:
+            key = cell_id or _sha(source)
+            self._failed.pop(key, None) if err is None else self._failed.__setitem__(key, error)
+            if self.where.is_last_cell(cell_id, source):
+                self.close(why="the notebook's last cell ran")
 
     def _log_cell(self, source: str, *, status: str, duration: float | None, error: str | None = None,
-                  note: str | None = None) -> None:
+                  note: str | None = None, cell_id: str | None = None) -> None:
         self.n_cells += 1
         idx = self.n_cells
         rec = {
             "type": "cell", "index": idx, "id": str(self.id.child(f"c{idx}")), "source_sha256": _sha(source),
             "source": source, "duration_s": duration, "status": status, "error": error, "note": note,
-            "produced": self._produced, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "produced": self._produced, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "cell_id": cell_id,
         }
         self._journal(rec)
 
         def log():
             tracking.log_json(self.client, self.run_id, rec, f"cells/c{idx:03d}.json")
             if duration is not None:
-                self.client.log_metric(self.run_id, "lab.cell_duration_s", duration, step=idx)
+                self.client.log_metric(self.run_id, "lab/cell_duration_s", duration, step=idx)
             self.client.set_tag(self.run_id, "lab.cells", str(idx))
 
         self._mlflow(log)
@@ -189,14 +288,17 @@ class Lab:
         return name
 
     def _log_params(self) -> None:
-        def log():
-            for k, v in self.params.items():
-                self.client.log_param(self.run_id, k, json.dumps(v, default=str)[:6000])
-            for k, v in self.recipe.to_dict().items():
-                if k not in self.params:
-                    self.client.log_param(self.run_id, f"recipe.{k}", json.dumps(v, default=str)[:6000])
-            self.client.set_tag(self.run_id, "recipe.effective_hash", self.recipe.hash)
-            self.client.set_tag(self.run_id, "recipe.sweep_hash", self.recipe.sweep_hash)
+        effective = tracking.effective_params(self.params, self.recipe)
+        tags = {"recipe.effective_hash": self.recipe.hash, "recipe.sweep_hash": self.recipe.sweep_hash,
+                "recipe.sweep": resume.identity(self.recipe, commit=None)["recipe.sweep"]}
+        if self.owns_run:
+            tags["lab.journal"] = str(self.journal)
+        # journaled first, so `labkit sync` can replay them into a store that was away
+        self._journal({"type": "params", "effective": effective, "tags": tags})
+
+        def log():  # the effective values, plain strings, in one batch (tracking.effective_params)
+            tracking.log_params(self.client, self.run_id, effective)
+            tracking.set_tags(self.client, self.run_id, tags)
 
         self._mlflow(log)
 
@@ -213,10 +315,22 @@ class Lab:
             f.write(json.dumps({"run": self.id.run, **rec}, default=str) + "\n")
 
     def _mlflow(self, fn) -> None:
-        """Log to MLflow; on failure keep going (the journal has it) and say so once."""
+        """Log to MLflow; on failure keep going (the journal has it; ``labkit sync`` replays it)
+        and say so once. While the store is away, records go to the journal only, and a quick
+        probe every OFFLINE_PROBE_S seconds finds it again (MLflow's own retries would stall
+        every call of a long run)."""
+        if self._offline_since is not None:
+            if time.monotonic() - self._offline_since < OFFLINE_PROBE_S:
+                return
+            if tracking.probe(self.client, retries=0, timeout=5) is not None:
+                self._offline_since = time.monotonic()
+                return
+            self._offline_since = None
+            print("labkit.lab: MLflow answers again; `labkit sync` fills in what it missed", file=sys.stderr)
         try:
             fn()
         except Exception as e:
+            self._offline_since = time.monotonic()
             if self._mlflow_error is None:
                 print(f"labkit.lab: MLflow logging failed ({type(e).__name__}: {e}); "
                       f"records continue in {self.journal}", file=sys.stderr)
@@ -224,9 +338,52 @@ class Lab:
             self._journal({"type": "mlflow_error", "error": self._mlflow_error,
                            "trace": traceback.format_exc(limit=3)})
 
-    def finish(self, status: str = "FINISHED") -> None:
-        if self.owns_run:
-            self._mlflow(lambda: self.client.set_terminated(self.run_id, status))
+    def finish(self, status: str | None = None) -> None:
+        """Close an interactive run now: ``status``, else FINISHED or, while a cell that
+        raised has not run again without error, FAILED."""
+        self.close(status, why="finish() was called")
+
+    def close(self, status: str | None = None, *, why: str) -> str | None:
+        """Close the run this session created (a papermill run is closed by ``reproduce``)."""
+        if not self.owns_run or self.status != "RUNNING":
+            return None
+        status = status or ("FAILED" if self._failed else "FINISHED")
+        self.status = status
+        self._journal({"type": "run", "status": status, "why": why, "failed_cells": self._failed})
+        self._journal({"type": "close", "status": status})  # what `labkit sync` replays
+        produced = [{"type": kind, "name": s["name"]} for kind in ("figure", "table")
+                    for s in self._all_specs(kind)]
+
+        def log():
+            tracking.set_tags(self.client, self.run_id, {"lab.status": status, "lab.closed_by": why})
+            self.client.set_tag(self.run_id, "mlflow.note.content", run_page.note(
+                lab_id=str(self.id), notebook=self.notebook, recipe=self.recipe, metrics=self._found,
+                produced=produced, status=status))
+            self.client.set_terminated(self.run_id, status)
+
+        self._mlflow(log)
+        failed = f" (cells that raised and were not re-run: {len(self._failed)})" if self._failed else ""
+        print(f"labkit: run {self.id.cite} closed {status}: {why}{failed}")
+        return status
+
+    def _reopen(self) -> None:
+        was, self.status = self.status, "RUNNING"
+        self._journal({"type": "run", "status": "RUNNING", "why": f"a cell ran after the run closed {was}"})
+        self._mlflow(lambda: self.client.update_run(self.run_id, status="RUNNING"))
+        print(f"labkit: run {self.id.cite} continues (was {was}); it closes again when the last cell runs "
+              "or the kernel shuts down")
+
+    def _all_specs(self, kind: str) -> list[dict]:
+        out = []
+        if self.journal.exists():
+            for line in self.journal.read_text().splitlines():
+                r = json.loads(line)
+                if r.get("type") == kind and r.get("run") == self.id.run:
+                    out.append(r)
+        return out
+
+    def _at_exit(self) -> None:  # kernel shutdown or restart
+        self.close(why="the kernel shut down")
 
 
 
@@ -242,14 +399,18 @@ def start(namespace: dict | None = None, *, notebook: str | None = None) -> Lab:
     names = [n for src in history for n in _assigned_names(src)]
     ns = namespace or {}
     params = {n: ns[n] for n in dict.fromkeys(names) if n in ns and _jsonable(ns[n])}
-    notebook = notebook or os.environ.get("LABKIT_NOTEBOOK") or ns.get("__vsc_ipynb_file__") or "00_interactive"
-    notebook = Path(notebook).stem
+    where = nbinfo.locate(ns, notebook)
     recipe = effective_recipe(params)
-    if _SESSION is not None and ip is not None:
-        ip.events.unregister("pre_run_cell", _SESSION._pre)
-        ip.events.unregister("post_run_cell", _SESSION._post)
-    lab = Lab(notebook=notebook, recipe=recipe, params=params, run_id=os.environ.get("LABKIT_RUN_ID"),
-              lab_run=os.environ.get("LABKIT_LAB_RUN"))
+    previous = None
+    if _SESSION is not None:
+        if ip is not None:
+            ip.events.unregister("pre_run_cell", _SESSION._pre)
+            ip.events.unregister("post_run_cell", _SESSION._post)
+        atexit.unregister(_SESSION._at_exit)
+        closed = _SESSION.close(why="start() ran again in this kernel: a new run begins")
+        previous = f"previous run `{_SESSION.id.cite}` closed {closed}" if closed else None
+    lab = Lab(notebook=where.name, recipe=recipe, params=params, run_id=os.environ.get("LABKIT_RUN_ID"),
+              lab_run=os.environ.get("LABKIT_LAB_RUN"), where=where)
     for src in history:  # the cells before start(): parameters (and papermill's injected ones)
         lab._log_cell(src, status="ok", duration=None, note="ran before labkit.lab.start: duration not measured")
     if ip is not None:
@@ -257,8 +418,14 @@ def start(namespace: dict | None = None, *, notebook: str | None = None) -> Lab:
         ip.events.register("post_run_cell", lab._post)
         lab._pre()  # this very cell (the start cell) is timed from here
     _SESSION = lab
-    _display_md(f"labkit run `{lab.id.cite}` · recipe `{recipe.name}` (hash `{recipe.hash}`) · "
-                f"MLflow `{tracking.tracking_uri()}`")
+    lines = [f"labkit run `{lab.id.cite}` · notebook `{where.name}` ({where.origin}) · recipe `{recipe.name}` "
+             f"(hash `{recipe.hash}`) · MLflow `{tracking.tracking_uri()}`"]
+    if lab.owns_run:
+        atexit.register(lab._at_exit)
+        ends = "its last code cell runs" if where.code_cells else "you call `lab.finish()`"
+        lines.append(f"The run closes when {ends} or the kernel shuts down; `start()` again begins a new run."
+                     + (f" ({previous}.)" if previous else ""))
+    _display_md("  \n".join(lines))
     return lab
 
 

@@ -15,12 +15,13 @@ import pandas as pd
 
 from labkit.analysis.stats import summarize
 from labkit.decoding.loop import generate
-from labkit.measure import order, power
+from labkit.measure import arms, order, power
 
 
 def decode_window(engine, ids, *, drafter=None, k: int = 0, max_tokens: int = 128, seed: int = 0,
                   **measure_kw) -> dict:
-    """One generation with the power window around its decode steps only."""
+    """One generation with the power window around its decode steps only (its step records
+    under ``_records``)."""
     gen = generate(engine, ids, drafter=drafter, k=k, max_tokens=max_tokens, seed=seed)
     recs = [next(gen)]  # prefill + first token: outside the window
     with power.measure(**measure_kw) as w:
@@ -32,24 +33,44 @@ def decode_window(engine, ids, *, drafter=None, k: int = 0, max_tokens: int = 12
             "cpu_s_per_token": costs.get("cpu_s_per_token"), "cpu_system_s_per_token": costs.get("cpu_system_s_per_token"),
             "j_per_token": costs.get("j_per_token"), "mean_power_w": costs.get("mean_power_w"),
             "energy_available": w.result["energy_available"], "energy_reason": w.result.get("energy_reason"),
-            "short_window": w.result.get("short_window"), "acceptance": s.acceptance}
+            "short_window": w.result.get("short_window"), "acceptance": s.acceptance, "_records": recs}
 
 
 def power_runs(engine, prompts, *, drafter, k: int, runs: int = 3, max_tokens: int = 128, seed: int = 0,
                interleave: str = order.DEFAULT_POLICY, progress: Callable | None = None,
-               **measure_kw) -> pd.DataFrame:
-    """k = 0 and k = ``k`` on the same prompts, interleaved, ``runs`` warm runs each after a warm-up."""
-    rows = []
-    for p in prompts:
-        ids = engine.tokenize(p.text)
-        for r in range(runs + 1):
-            for kk in order.arm_order((0, k), r, policy=interleave, seed=seed):
-                res = decode_window(engine, ids, drafter=drafter if kk else None, k=kk, max_tokens=max_tokens,
-                                    seed=seed, **measure_kw)
-                rows.append({"prompt": p.id, "workload": p.workload, "run": r, "warmup": r == 0,
-                             "interleave": interleave, **res})
-            if progress:
-                progress(f"power: {p.id} run {r}/{runs}")
+               on_arm: Callable | None = None, skip: dict | None = None, **measure_kw) -> pd.DataFrame:
+    """k = 0 and k = ``k`` on the same prompts, interleaved, ``runs`` warm runs each after a warm-up.
+
+    One arm is one (prompt, run, k) window, keyed ``prompt~round~drafter~k``; ``on_arm``
+    and ``skip`` journal and resume them (see ``measure.arms``); a resumed call warms up
+    with one unmeasured window first."""
+    name = getattr(drafter, "name", "drafter")
+    schedule = [(p, r, kk) for p in prompts for r in range(runs + 1)
+                for kk in order.arm_order((0, k), r, policy=interleave, seed=seed)]
+
+    def arm_key(p, r, kk):
+        return arms.key(p.id, f"r{r}", name if kk else "none", f"k{kk}")
+
+    arms.plan(on_arm, [arm_key(p, r, kk) for p, r, kk in schedule])
+    rows, ids_of, restored_any, warmed = [], {}, False, False
+    for i, (p, r, kk) in enumerate(schedule):
+        got = arms.restored(skip, arm_key(p, r, kk))
+        if got is not None:
+            rows.append(got[0])
+            restored_any = True
+        else:
+            ids = ids_of.setdefault(p.id, list(p.ids) if getattr(p, "ids", None) else engine.tokenize(p.text))  # SYNTHETIC prompts carry ids
+            if restored_any and not warmed:  # resuming: one unmeasured window warms the engine again
+                decode_window(engine, ids, max_tokens=max_tokens, seed=seed, **measure_kw)
+                warmed = True
+            res = decode_window(engine, ids, drafter=drafter if kk else None, k=kk, max_tokens=max_tokens,
+                                seed=seed, **measure_kw)
+            recs = res.pop("_records")
+            row = {"prompt": p.id, "workload": p.workload, "run": r, "warmup": r == 0, "interleave": interleave,
+                   **res}
+            rows.append(arms.finished(on_arm, arm_key(p, r, kk), row, recs))
+        if progress and (i + 1 == len(schedule) or schedule[i + 1][:2] != (p, r)):
+            progress(f"power: {p.id} run {r}/{runs}")
     return pd.DataFrame(rows)
 
 
@@ -73,10 +94,10 @@ def summary_metrics(summ: pd.DataFrame) -> list[dict]:
     """CPU-s/token per k (and J/token where a counter measured it), with their ranges, as metrics."""
     out = []
     for r in summ.itertuples():
-        out.append({"name": "cpu_s_per_token", "value": r.cpu_s_per_token, "lo": r.cpu_s_per_token_min,
+        out.append({"name": "power/cpu_s_per_token", "value": r.cpu_s_per_token, "lo": r.cpu_s_per_token_min,
                     "hi": r.cpu_s_per_token_max, "step": r.k})
         if r.j_per_token is not None:
-            out.append({"name": "j_per_token", "value": r.j_per_token, "lo": r.j_per_token_min,
+            out.append({"name": "power/j_per_token", "value": r.j_per_token, "lo": r.j_per_token_min,
                         "hi": r.j_per_token_max, "step": r.k})
     return out
 

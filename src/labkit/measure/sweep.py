@@ -16,7 +16,7 @@ import pandas as pd
 from labkit.analysis.lossless import divergence_report
 from labkit.analysis.stats import summarize, tokens_from
 from labkit.decoding.loop import run
-from labkit.measure import order
+from labkit.measure import arms, order
 
 ROW_KEYS = (
     "decode_tok_s", "e2e_tok_s", "ttft_ms", "ttlt_ms", "tokens", "decode_tokens", "steps", "spec_steps",
@@ -53,37 +53,67 @@ def k_sweep(
     interleave: str = order.DEFAULT_POLICY,
     check_lossless: bool = True,
     progress: Callable | None = None,
+    on_arm: Callable | None = None,
+    skip: dict | None = None,
+    key_prefix: str = "",
 ) -> pd.DataFrame:
     """Measure every arm on every prompt; ``prompts`` are ``workloads.Prompt`` objects.
 
     ``make_gate`` (a factory; None = no gate) is applied to every speculative arm.
+    ``on_arm`` and ``skip`` journal and resume arms (see ``measure.arms``); an arm is one
+    generation, keyed ``[key_prefix~]prompt~T~round~drafter~k``. A resumed call measures
+    only the arms not in ``skip``, in the same interleaved order, after one unrecorded
+    warm-up generation (the first generation after loading is cold).
     """
     spec_ks = [k for k in ks if k > 0]
-    rows = []
-    n_total = len(prompts) * len(temperatures) * (runs + 1)
+    arm_set = [("none", 0)] + [(d, k) for d in drafters for k in spec_ks]
+
+    def arm_key(p, temp, r, name, k):
+        return arms.key(*([key_prefix] if key_prefix else []), p.id, f"T{temp:g}", f"r{r}", name, f"k{k}")
+
+    schedule = []  # (prompt, temperature, round, round index, the round's arms in order)
     done = 0
     for p in prompts:
-        ids = engine.tokenize(p.text)
         for temp in temperatures:
-            arms = [("none", 0)] + [(d, k) for d in drafters for k in spec_ks]
             for r in range(runs + 1):
-                s = seed + r if temp > 0 else seed
-                for name, k in order.arm_order(arms, done, policy=interleave, seed=seed):
-                    drafter = drafters.get(name)
-                    gate = make_gate() if (make_gate and k > 0) else None
-                    recs = run(engine, ids, drafter=drafter, k=k, max_tokens=max_tokens, temperature=temp,
-                               seed=s, gate=gate)
-                    row = {"workload": p.workload, "prompt": p.id, "drafter": name, "k": k,
-                           "temperature": temp, "run": r, "cold": r == 0, "prompt_tokens": len(ids),
-                           "gate": gate.threshold if gate else 0.0, "interleave": interleave,
-                           **_row(recs, max(ks))}
-                    row["_records"] = recs
-                    rows.append(row)
+                schedule.append((p, temp, r, order.arm_order(arm_set, done, policy=interleave, seed=seed)))
                 done += 1
-                if progress:
-                    progress(f"k sweep: {p.id} T={temp} run {r}/{runs} ({done}/{n_total})")
-            if check_lossless and temp == 0:
-                _lossless(engine, ids, [x for x in rows if x["prompt"] == p.id and x["temperature"] == 0])
+    arms.plan(on_arm, [arm_key(p, t, r, n, k) for p, t, r, ordered in schedule for n, k in ordered])
+    rows = []
+    n_total = len(schedule)
+    restored_any, warmed = False, False
+    ids_of = {}
+    for i, (p, temp, r, ordered) in enumerate(schedule):
+        ids = ids_of.setdefault(p.id, list(p.ids) if getattr(p, "ids", None) else engine.tokenize(p.text))  # SYNTHETIC prompts carry ids
+        s = seed + r if temp > 0 else seed
+        for name, k in ordered:
+            akey = arm_key(p, temp, r, name, k)
+            got = arms.restored(skip, akey)
+            if got is not None:
+                row, recs = got
+                row["_records"] = recs
+                rows.append(row)
+                restored_any = True
+                continue
+            if restored_any and not warmed:  # resuming: the box and engine are cold again
+                run(engine, ids, max_tokens=max_tokens, temperature=0.0, seed=s)
+                warmed = True
+            drafter = drafters.get(name)
+            gate = make_gate() if (make_gate and k > 0) else None
+            recs = run(engine, ids, drafter=drafter, k=k, max_tokens=max_tokens, temperature=temp,
+                       seed=s, gate=gate)
+            row = {"workload": p.workload, "prompt": p.id, "drafter": name, "k": k,
+                   "temperature": temp, "run": r, "cold": r == 0, "prompt_tokens": len(ids),
+                   "gate": gate.threshold if gate else 0.0, "interleave": interleave,
+                   **_row(recs, max(ks))}
+            arms.finished(on_arm, akey, row, recs)
+            row["_records"] = recs
+            rows.append(row)
+        if progress:
+            progress(f"k sweep: {p.id} T={temp} run {r}/{runs} ({i + 1}/{n_total})")
+        last_of_group = i + 1 == n_total or (schedule[i + 1][0].id, schedule[i + 1][1]) != (p.id, temp)
+        if check_lossless and temp == 0 and last_of_group:
+            _lossless(engine, ids, [x for x in rows if x["prompt"] == p.id and x["temperature"] == 0])
     for x in rows:
         x.pop("_records", None)
     return pd.DataFrame(rows)
@@ -126,6 +156,6 @@ def gated_sweep(engine, prompts: list, *, drafters: dict, default_k: pd.DataFram
     """The global-default (drafter, k) of each greedy row of ``default_k`` measured again
     with the gate on, against plain on the same prompts; None when no default speculates."""
     parts = [k_sweep(engine, prompts, drafters={g.drafter: drafters[g.drafter]}, ks=[0, int(g.k)],
-                     check_lossless=False, make_gate=make_gate, **kw)
+                     check_lossless=False, make_gate=make_gate, key_prefix=f"gated-{g.drafter}-k{int(g.k)}", **kw)
              for g in default_k[default_k["temperature"] == 0].itertuples() if g.k > 0]
     return pd.concat(parts, ignore_index=True) if parts else None

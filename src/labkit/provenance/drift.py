@@ -8,14 +8,18 @@ the previous run is the store's job (``compare_with_previous``).
 
 from __future__ import annotations
 
+from labkit.provenance.metric_keys import canonical_metrics
+from labkit.provenance.runtags import machine_of
+
 REL_TOL = 0.05  # a metric without a recorded range is flagged beyond 5% change
 
 
 def compare_metrics(new: dict, old: dict, *, rel_tol: float = REL_TOL) -> tuple[list[dict], list[dict]]:
-    """(moved, within-noise) rows for every metric both runs logged (ranges and lab.* excluded)."""
+    """(moved, within-noise) rows for every metric both runs logged (ranges, lab/ bookkeeping and
+    system/ metrics of the machine excluded)."""
     moved, same = [], []
     for name, v1 in new.items():
-        if name.endswith((".lo", ".hi")) or name.startswith("lab.") or name not in old:
+        if name.endswith((".lo", ".hi")) or name.startswith(("lab.", "lab/", "system/")) or name not in old:
             continue
         v0 = old[name]
         width = max(old.get(f"{name}.hi", v0) - old.get(f"{name}.lo", v0),
@@ -28,18 +32,34 @@ def compare_metrics(new: dict, old: dict, *, rel_tol: float = REL_TOL) -> tuple[
 
 
 def compare_with_previous(c, result: dict, *, rel_tol: float = REL_TOL) -> dict | None:
-    """Metrics of this run vs the previous finished run of the same notebook and recipe."""
+    """Metrics of this run vs the previous finished run of the same notebook and recipe,
+    on the same host label and engine build (a Mac run is never drift of a Linux run)."""
     this = c.get_run(result["run_id"])
     exp = this.info.experiment_id
     prev = c.search_runs(
         [exp],
         filter_string=f"tags.`recipe.effective_hash` = '{result['recipe_hash']}' and attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"], max_results=10,
+        order_by=["attributes.start_time DESC"], max_results=50,
     )
-    prev = [r for r in prev if r.info.run_id != result["run_id"] and r.info.start_time < this.info.start_time]
+    prev = [r for r in prev if r.info.run_id != result["run_id"] and r.info.start_time < this.info.start_time
+            and machine_of(r.data.tags) == machine_of(this.data.tags)]
     if not prev:
         return None
     p = prev[0]
-    moved, same = compare_metrics(this.data.metrics, p.data.metrics, rel_tol=rel_tol)
+    # canonical names: a run logged before the section/name keys compares with one after
+    moved, same = compare_metrics(canonical_metrics(this.data.metrics), canonical_metrics(p.data.metrics),
+                                  rel_tol=rel_tol)
     return {"previous_id": p.data.tags.get("lab.id"), "previous_run_id": p.info.run_id,
-            "moved": moved, "within_noise": len(same)}
+            "moved": moved, "within_noise": len(same), "contended": contention(this, p)}
+
+
+def contention(this, previous) -> str | None:
+    """Which of the two runs measured on a busy box (``machine.contended`` tags), in words;
+    None when neither did. A move next to a busy run may be the box, not the code."""
+    said = []
+    for label, run in (("this run", this), ("the previous run", previous)):
+        t = run.data.tags
+        if t.get("machine.contended") == "true":
+            said.append(f"{label} [{t.get('lab.id')}] measured on a busy box (other processes took "
+                        f"{float(t.get('machine.busy', 0)):.0%} of the CPUs; {t.get('machine.top_others') or '-'})")
+    return "; ".join(said) or None

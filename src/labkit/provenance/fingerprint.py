@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from labkit.paths import project_root
 
@@ -52,14 +53,83 @@ def host_info() -> dict:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         pass
+    label, label_source = host_label()
     return {
         "hostname": platform.node(),
+        "label": label,
+        "label_source": label_source,
         "cpu": cpu,
         "cores": os.cpu_count(),
         "memory_bytes": mem,
+        "accelerator": accelerator(),
+        "power": power_source(),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
     }
+
+
+def host_label() -> tuple[str, str]:
+    """(label, where it came from): ``$LABKIT_HOST_LABEL`` (e.g. "mac-mini", "gpu-box"),
+    else the hostname. Runs are compared, and "previous"/"latest" chosen, per label."""
+    env = os.environ.get("LABKIT_HOST_LABEL", "").strip()
+    return (env, "LABKIT_HOST_LABEL") if env else (platform.node() or "unknown", "hostname")
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def accelerator() -> str:
+    """The accelerator a run could use: NVIDIA GPUs (nvidia-smi), Apple silicon (Metal), or "none"."""
+    out = _run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"])
+    if out:
+        return "; ".join(line.strip() for line in out.splitlines() if line.strip())
+    if platform.system() == "Darwin" and platform.machine() == "arm64":
+        chip = _run(["sysctl", "-n", "machdep.cpu.brand_string"]) or "Apple silicon"
+        return f"{chip} (Metal)"
+    return "none"
+
+
+POWER_SUPPLY = "/sys/class/power_supply"
+
+
+def power_source(*, sysfs: str = POWER_SUPPLY) -> str | None:
+    """"mains" or "battery (NN%)" where the OS says; None where it does not (most servers).
+
+    Linux: an online ``Mains`` supply means mains; else a ``Battery`` that is discharging
+    means battery. macOS: the first line of ``pmset -g batt``."""
+    if platform.system() == "Darwin":
+        out = _run(["pmset", "-g", "batt"])
+        if not out:
+            return None
+        pct = next((w.rstrip("%;") for w in out.split() if w.rstrip(";").endswith("%")), None)
+        if "AC Power" in out.splitlines()[0]:
+            return "mains"
+        return f"battery ({pct}%)" if pct else "battery"
+    root = Path(sysfs)
+    if not root.is_dir():
+        return None
+
+    def read(d: Path, name: str) -> str | None:
+        try:
+            return (d / name).read_text().strip()
+        except OSError:
+            return None
+
+    supplies = sorted(root.iterdir())
+    mains = [d for d in supplies if read(d, "type") in ("Mains", "USB") and read(d, "online") is not None]
+    batteries = [d for d in supplies if read(d, "type") == "Battery"]
+    if any(read(d, "online") == "1" for d in mains):
+        return "mains"
+    for b in batteries:
+        if read(b, "status") == "Discharging" or mains:
+            cap = read(b, "capacity")
+            return f"battery ({cap}%)" if cap else "battery"
+    return None
 
 
 def package_versions() -> dict:

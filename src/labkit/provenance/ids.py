@@ -1,14 +1,5 @@
-"""MLflow tracking and ``[LAB: …]`` provenance IDs.
-
-ID scheme (short enough to cite in prose, unique per run, resolvable, related by recipe):
-
-    LAB:01-3fa2c1-k7q2m          a notebook run: notebook number, recipe hash (6), run token (5)
-    LAB:01-3fa2c1-k7q2m/c5       cell 5 of that run (executed code cells, counted from 1)
-    LAB:01-3fa2c1-k7q2m/cost-fit a named figure or table of that run
-
-Two runs of the same notebook and recipe share the ``01-3fa2c1`` prefix; the run token
-is drawn from the MLflow run id and checked unique. Every run is tagged ``lab.id``,
-so an ID resolves with one tag search, on a local SQLite store or an ``mlflow server``.
+"""``[LAB: …]`` provenance IDs: ``LAB:<nb>-<recipe hash>-<token>[/<part>]`` for runs, cells,
+figures and tables, and the citable documents (``LAB:RESULTS-MATRIX §E``, ``LAB:WORKSHEET §…``).
 """
 
 from __future__ import annotations
@@ -60,3 +51,56 @@ def parse_id(text: str) -> LabId:
             "IDs look like LAB:01-3fa2c1-k7q2m, LAB:01-3fa2c1-k7q2m/c5 or LAB:01-3fa2c1-k7q2m/cost-fit",
         )
     return LabId(m.group("run"), m.group("part"))
+
+
+# Documents a chapter cites by section ("[LAB: RESULTS-MATRIX §E]"): they are not runs but
+# views built from the newest logged runs, so they resolve to the runs and tables behind them.
+DOCUMENTS = {
+    "RESULTS-MATRIX": {"A": "prefill: prefill tok/s and TTFT, apart from decode",
+                       "B": "concurrency: aggregate and per-stream tok/s at each concurrency",
+                       "E": "the n_max matrix: tok/s (x) @ first-token acceptance per n_max"},
+    "WORKSHEET": {"field": "the short field worksheet (7 items)",
+                  "accounting": "the accounting table: Baseline / Candidate / Notes"},
+}
+DOC_RE = re.compile(r"^\[?\s*(?:LAB:\s*)?(?P<doc>[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*)\s*(?:§\s*(?P<section>[A-Za-z0-9_\-]+))?\s*\]?$")
+
+
+@dataclass(frozen=True)
+class SectionId:
+    doc: str  # "RESULTS-MATRIX"
+    section: str | None = None  # "E"; None: the whole document
+
+    def __str__(self) -> str:
+        return f"LAB:{self.doc}" + (f" §{self.section}" if self.section else "")
+
+    @property
+    def cite(self) -> str:
+        return f"[{self}]"
+
+    @property
+    def title(self) -> str:
+        return DOCUMENTS[self.doc][self.section] if self.section else self.doc
+
+
+def sections_text(doc: str) -> str:
+    return ", ".join(f"§{s} ({what.split(':')[0]})" for s, what in DOCUMENTS[doc].items())
+
+
+def parse_ref(text: str) -> LabId | SectionId:
+    """A run/cell/artifact ID (``parse_id``) or a document section such as ``RESULTS-MATRIX §E``.
+
+    A document or section that does not exist is an error listing what does."""
+    m = DOC_RE.match(text.strip())
+    if m is None or ID_RE.match(text.strip()):
+        return parse_id(text)
+    doc, section = m.group("doc"), m.group("section")
+    if doc not in DOCUMENTS:
+        raise LabkitError(f"{text!r} is not a labkit provenance ID: there is no document {doc!r}",
+                          "IDs look like LAB:01-3fa2c1-k7q2m/cost-fit or a document section: "
+                          + "; ".join(f"LAB:{d} {sections_text(d)}" for d in DOCUMENTS))
+    if section is not None:
+        known = {s.lower(): s for s in DOCUMENTS[doc]}
+        if section.lower() not in known:
+            raise LabkitError(f"{doc} has no section §{section}", f"its sections are {sections_text(doc)}")
+        section = known[section.lower()]
+    return SectionId(doc, section)

@@ -1,14 +1,5 @@
-"""MLflow tracking and ``[LAB: …]`` provenance IDs.
-
-ID scheme (short enough to cite in prose, unique per run, resolvable, related by recipe):
-
-    LAB:01-3fa2c1-k7q2m          a notebook run: notebook number, recipe hash (6), run token (5)
-    LAB:01-3fa2c1-k7q2m/c5       cell 5 of that run (executed code cells, counted from 1)
-    LAB:01-3fa2c1-k7q2m/cost-fit a named figure or table of that run
-
-Two runs of the same notebook and recipe share the ``01-3fa2c1`` prefix; the run token
-is drawn from the MLflow run id and checked unique. Every run is tagged ``lab.id``,
-so an ID resolves with one tag search, on a local SQLite store or an ``mlflow server``.
+"""Run tags: the parts of a provenance record (git, host, recipe, gate, engine build)
+that belong in MLflow's searchable tags; the full record is an artifact.
 """
 
 from __future__ import annotations
@@ -28,6 +19,10 @@ def flat_tags(prov: dict) -> dict:
         "host.memory_gb": round((host.get("memory_bytes") or 0) / 2**30, 1),
         "host.os": host.get("os"),
         "host.name": host.get("hostname"),
+        "host.label": host.get("label"),
+        "host.label_source": host.get("label_source"),
+        "host.accelerator": host.get("accelerator"),
+        "host.power": host.get("power"),
         "packages": json.dumps(prov.get("packages", {}), sort_keys=True),
     }
     if "recipe" in prov:
@@ -39,6 +34,27 @@ def flat_tags(prov: dict) -> dict:
     return {k: v for k, v in t.items() if v is not None}
 
 
+def machine_of(tags: dict) -> tuple[str | None, str | None]:
+    """(host label, engine build) of a run from its tags: what "previous" and "latest" are
+    per. Runs logged before host labels existed fall back to their hostname."""
+    return tags.get("host.label") or tags.get("host.name"), tags.get("engine.build")
+
+
+def engine_build(desc: dict) -> str | None:
+    """One short name for an engine build: engine, version, commit, and a hash of the build
+    flags and BLAS (two builds that differ only in flags are different builds)."""
+    import hashlib
+
+    b = desc.get("build", {})
+    version = b.get("llama_cpp_python") or b.get("mlx_lm")
+    if not desc.get("engine") and not version:
+        return None
+    blas = b.get("blas")
+    detail = json.dumps([b.get("cmake_args"), blas.get("blas") if isinstance(blas, dict) else blas], default=str)
+    parts = [desc.get("engine"), version, (b.get("llama_cpp_commit") or "")[:7], hashlib.sha256(detail.encode()).hexdigest()[:6]]
+    return "-".join(str(p) for p in parts if p)
+
+
 def engine_tags(desc: dict) -> dict:
     b = desc.get("build", {})
     m = desc.get("model", {})
@@ -47,6 +63,7 @@ def engine_tags(desc: dict) -> dict:
         for k, v in {
             "engine": desc.get("engine"),
             "engine.version": b.get("llama_cpp_python") or b.get("mlx_lm"),
+            "engine.build": engine_build(desc),
             "engine.commit": b.get("llama_cpp_commit"),
             "engine.flags": b.get("cmake_args"),
             "engine.blas": (b.get("blas") or {}).get("blas") if isinstance(b.get("blas"), dict) else b.get("blas"),
@@ -56,6 +73,7 @@ def engine_tags(desc: dict) -> dict:
             "engine.n_gpu_layers": desc.get("n_gpu_layers"),
             "model.name": m.get("name"),
             "model.sha256": m.get("sha256"),
+            "model.sha256_verified": m.get("sha256_verified"),
             "model.synthetic": m.get("synthetic"),
             "residency": json.dumps(desc.get("residency")) if desc.get("residency") else None,
         }.items()

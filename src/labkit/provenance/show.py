@@ -1,9 +1,5 @@
-"""Resolve ``[LAB: …]`` IDs: show what they point at, regenerate figures and tables.
-
-``regen`` redraws from the logged data alone (no measurement) and says whether the
-data drawn is identical to what was drawn originally; ``regen --rerun`` executes the
-notebook again with the same parameters and compares the new figure's data with the
-old one within the recorded noise.
+"""``labkit show``: what a ``[LAB: …]`` ID points at: its run, cell or artifacts, with
+parameters and provenance. Reads the store only.
 """
 
 from __future__ import annotations
@@ -30,6 +26,9 @@ def show(lab_id: str) -> dict:
         "provenance": {k: v for k, v in tags.items() if k.split(".")[0] in
                        ("git", "host", "engine", "model", "recipe", "residency", "draft")},
         "metrics": run.data.metrics, "tracking_uri": tracking.tracking_uri(),
+        # arms of long measurements: done / planned (and, resumed, inherited and drift)
+        "arms": {k[len("arms."):]: v for k, v in tags.items() if k.startswith("arms.")},
+        "resumed_from": tags.get("resume.from"),
     }
     if lid.part and lid.part[0] == "c" and lid.part[1:].isdigit():
         out["cell"] = tracking.load_json_artifact(c, rid, f"cells/c{int(lid.part[1:]):03d}.json")

@@ -20,6 +20,7 @@ from pathlib import Path
 from labkit.errors import LabkitError
 from labkit.paths import project_root
 from labkit.provenance.ids import LabId, make_run_token, notebook_number
+from labkit.provenance.store import probe, redact, sqlite_client, store_kind
 
 
 def tracking_uri() -> str:
@@ -30,54 +31,143 @@ def tracking_uri() -> str:
     return f"sqlite:///{project_root() / 'mlflow.db'}"
 
 
-def artifact_root() -> str:
-    """Artifacts of a local store sit beside its database file (``mlartifacts/``)."""
-    uri = tracking_uri()
-    if uri.startswith("sqlite:///"):
-        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+def artifact_root() -> str | None:
+    """Where a new experiment's artifacts go; None lets the store decide.
+
+    ``$LABKIT_ARTIFACT_ROOT`` when set (an S3 URI, a shared mount). Else a SQLite store
+    keeps them beside its database file (``mlartifacts/``); an ``mlflow server`` keeps them
+    itself (``--serve-artifacts``: ``mlflow-artifacts:/…``, readable by every client).
+    A database spoken to directly has no such place: MLflow would pin the experiment to a
+    path on the machine that created it, which no other machine can read, so it is refused.
+    """
+    explicit = os.environ.get("LABKIT_ARTIFACT_ROOT")
+    if explicit:
+        return explicit.rstrip("/")
+    kind = store_kind()
+    if kind == "sqlite":
+        return (Path(tracking_uri()[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+    if kind == "http":
+        return None
+    if kind == "database":
+        raise LabkitError(
+            f"MLFLOW_TRACKING_URI={redact(tracking_uri())} is a database: its experiments' artifacts "
+            "would be pinned to a folder on this machine that no other machine can read",
+            "point MLFLOW_TRACKING_URI at the team's `mlflow server` (http://host:5005, see `make team-server`), "
+            "or set LABKIT_ARTIFACT_ROOT to a place every machine reads (s3://bucket/labkit, a shared mount)",
+        )
     return (project_root() / "mlartifacts").as_uri()
 
 
-def client():
-    """An MlflowClient on the tracking URI, checked to answer (a down server is a clear error)."""
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+def _local_location(loc: str | None) -> bool:
+    return bool(loc) and (loc.startswith("file:") or loc.startswith("/") or ":" not in loc.split("/", 1)[0])
+
+
+def experiment_prefix() -> str:
+    """``$LABKIT_EXPERIMENT_PREFIX`` (default empty): prepended to every experiment name, so
+    two projects on one tracking server keep their notebooks apart. Recorded on each run
+    (tag ``lab.experiment_prefix``)."""
+    return os.environ.get("LABKIT_EXPERIMENT_PREFIX", "")
+
+
+def experiment_name(notebook: str) -> str:
+    """The experiment a notebook's runs go to: the prefix, then the notebook's stem."""
+    return experiment_prefix() + Path(notebook).stem
+
+
+def get_experiment(c, notebook: str):
+    """The experiment of ``notebook`` (prefix applied), or None. Every lookup by notebook
+    name goes through here."""
+    exp = c.get_experiment_by_name(experiment_name(notebook))
+    if exp is not None and store_kind() in ("http", "database") and not os.environ.get("LABKIT_ARTIFACT_ROOT") \
+            and _local_location(exp.artifact_location):
+        raise LabkitError(
+            f"experiment {exp.name!r} on {redact(tracking_uri())} keeps its artifacts at "
+            f"{exp.artifact_location}, a folder on one machine that other clients cannot read",
+            "start the server with --serve-artifacts (scripts/team-server.sh does), or use another "
+            "LABKIT_EXPERIMENT_PREFIX; set LABKIT_ARTIFACT_ROOT if that folder is a shared mount",
+        )
+    return exp
+
+
+def project_experiment_ids(c) -> list[str]:
+    """Ids of this project's experiments (those named with the prefix)."""
+    prefix = experiment_prefix()
+    exps = c.search_experiments(filter_string=f"name LIKE '{prefix}%'" if prefix else None)
+    return [e.experiment_id for e in exps]
+
+
+def client(*, check: bool = True):
+    """An MlflowClient on the tracking URI, checked to answer (a down server is a clear error).
+
+    ``check=False`` skips the reachability probe (a notebook kernel under ``reproduce``,
+    whose run already exists: if the server is away, its records go to the journal)."""
     from mlflow.tracking import MlflowClient
 
     uri = tracking_uri()
+    if store_kind(uri) == "sqlite":
+        return sqlite_client(uri)
     c = MlflowClient(tracking_uri=uri)
-    try:
-        c.search_experiments(max_results=1)
-    except Exception as e:  # mlflow raises several types for an unreachable server
+    err = probe(c) if check else None
+    if err is not None:
         raise LabkitError(
-            f"the MLflow tracking store at {uri} does not answer ({type(e).__name__}: {str(e)[:200]})",
-            "start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`), or unset MLFLOW_TRACKING_URI "
-            "to use the local SQLite store; nothing was run, nothing recorded was touched",
-        ) from e
+            f"the MLflow tracking store at {redact(uri)} does not answer "
+            f"({type(err).__name__}: {str(err)[:200]})",
+            "start it (`make team-server`, or `mlflow server --host 127.0.0.1 --port 5000`), or unset "
+            "MLFLOW_TRACKING_URI to use the local SQLite store; nothing was run, nothing recorded was touched",
+        ) from err
     return c
 
 
-def experiment_id(c, name: str) -> str:
-    exp = c.get_experiment_by_name(name)
+# MLflow 3.x opens an experiment in its GenAI view (traces) unless the experiment says it
+# holds model-development runs; the UI reads this tag (mlflow/server/js: ExperimentKind
+# CUSTOM_MODEL_DEVELOPMENT = "custom_model_development", set via setExperimentTag).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+PARENT_EXPERIMENT = "reproduce"  # one parent run per `labkit reproduce`; its notebooks are children
+
+
+def experiment_id(c, notebook: str) -> str:
+    """The experiment of ``notebook`` (under the configured prefix), created when missing
+    (two writers may race to it)."""
+    exp = get_experiment(c, notebook)
     if exp is not None:
+        if exp.tags.get(EXPERIMENT_KIND_TAG) is None:  # a store from before the tag: mark it once
+            c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return exp.experiment_id
-    # A remote server decides where artifacts go; a local store keeps them in the project.
-    loc = None if tracking_uri().startswith("http") else f"{artifact_root()}/{name}"
-    return c.create_experiment(name, artifact_location=loc)
+    name = experiment_name(notebook)
+    loc = artifact_root()  # None for a server or database store: the server decides
+    try:
+        return c.create_experiment(name, artifact_location=f"{loc}/{name}" if loc else None,
+                                   tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+    except Exception:
+        exp = get_experiment(c, notebook)  # another writer created it first
+        if exp is None:
+            raise
+        return exp.experiment_id
 
 
+def mark_experiment_kinds(c) -> int:
+    """Tag every experiment of a store made before the kind tag (so the UI opens on runs);
+    returns how many were tagged."""
+    n = 0
+    for exp in c.search_experiments():
+        if exp.tags.get(EXPERIMENT_KIND_TAG) is None:
+            c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+            n += 1
+    return n
 
 
+def new_run(c, *, notebook: str, recipe, tags: dict | None = None, run_name: str | None = None,
+            parent: str | None = None, source: str | None = None):
+    """Create the MLflow run for one notebook execution and give it its LAB ID.
 
-
-
-
-
-
-def new_run(c, *, notebook: str, recipe, tags: dict | None = None, run_name: str | None = None):
-    """Create the MLflow run for one notebook execution and give it its LAB ID."""
-    exp = experiment_id(c, Path(notebook).stem)
-    run = c.create_run(exp, run_name=run_name, tags={k: str(v)[:5000] for k, v in (tags or {}).items()})
+    The run is named ``<notebook> · <recipe> · LAB:<id>`` (``run_name`` replaces the
+    first two parts) so runs are told apart in the runs table, and carries the tags the
+    MLflow UI shows in its own fields: source notebook, git commit, parent run."""
+    stem = Path(notebook).stem
+    exp = experiment_id(c, stem)
+    tags = {**(tags or {}), "lab.experiment_prefix": experiment_prefix()}
+    run = c.create_run(exp, run_name=run_name, tags={k: str(v)[:5000] for k, v in tags.items()})
     rid = run.info.run_id
     prefix = f"{notebook_number(notebook)}-{recipe.hash[:6]}"
     token = make_run_token(rid)
@@ -86,20 +176,92 @@ def new_run(c, *, notebook: str, recipe, tags: dict | None = None, run_name: str
         salt += 1
         token = make_run_token(f"{salt:x}{rid}")
     lab = LabId(f"{prefix}-{token}")
-    c.set_tag(rid, "lab.id", str(lab))
-    c.set_tag(rid, "lab.run", lab.run)
+    c.update_run(rid, name=f"{run_name or f'{stem} · {recipe.name}'} · {lab}")
+    ui = {"lab.id": str(lab), "lab.run": lab.run,
+          "mlflow.source.name": source or f"notebooks/{stem}.ipynb", "mlflow.source.type": "NOTEBOOK"}
+    commit = (tags or {}).get("git.commit")
+    if commit and commit != "unknown":
+        ui["mlflow.source.git.commit"] = commit
+    if parent:
+        ui["mlflow.parentRunId"] = parent
+    set_tags(c, rid, ui)
     return rid, lab
+
+
+def set_tags(c, run_id: str, tags: dict) -> None:
+    """Several tags in one request (each value cut to MLflow's 5000-character limit)."""
+    from mlflow.entities import RunTag
+
+    c.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+
+
+def param_text(value) -> str:
+    """How a parameter value reads in the MLflow UI: strings plain, everything else JSON."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text[:6000]  # MLflow's limit for a param value
+
+
+def effective_params(params: dict, recipe) -> dict[str, str]:
+    """The values a run used: each notebook parameter as the recipe resolved it (a ``None``
+    meaning "the recipe's" becomes the recipe's value, ``recipe`` its name), then every
+    other recipe field as ``recipe.<field>``. Keys are unique; values plain strings."""
+    fields = recipe.to_dict()
+    out = {}
+    for k, v in params.items():
+        out[k] = param_text(recipe.name if k == "recipe" else fields[k] if k in fields else v)
+    for k, v in fields.items():
+        if k not in params:
+            out[f"recipe.{k}"] = param_text(v)
+    return out
+
+
+def log_params(c, run_id: str, params: dict[str, str]) -> None:
+    """Log params in as few ``log_batch`` calls as MLflow allows (100 params per request)."""
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in params.items()]
+    for i in range(0, len(items), 100):
+        c.log_batch(run_id, params=items[i:i + 100])
+
+
+def new_parent_run(c, *, recipe, notebooks: list[str], output: str, tags: dict | None = None) -> str:
+    """The parent run of one ``labkit reproduce``: each notebook's run is its child
+    (``mlflow.parentRunId``). Children stay in their notebook's experiment (downstream
+    notebooks find runs there), so the parent lives in the ``reproduce`` experiment."""
+    exp = experiment_id(c, PARENT_EXPERIMENT)
+    name = f"reproduce · {recipe.name} · {Path(output).name}"
+    run = c.create_run(exp, run_name=name, tags={k: str(v)[:5000] for k, v in (tags or {}).items()})
+    rid = run.info.run_id
+    ui = {"mlflow.source.name": "labkit reproduce", "mlflow.source.type": "LOCAL", "lab.output": output,
+          "lab.notebooks": ", ".join(notebooks), "recipe.effective_hash": recipe.hash}
+    commit = (tags or {}).get("git.commit")
+    if commit and commit != "unknown":
+        ui["mlflow.source.git.commit"] = commit
+    set_tags(c, rid, ui)
+    log_params(c, rid, effective_params({}, recipe))
+    return rid
+
+
+def finish_parent(c, run_id: str, results: list[dict]) -> None:
+    """Close the parent run: FINISHED when every notebook finished, else FAILED; its note
+    lists each child's LAB ID and status."""
+    lines = [f"- `{r['notebook']}` [{r['id']}] {r['status']}" + (f": {r['error']}" if r.get("error") else "")
+             for r in results]
+    status = "FINISHED" if results and all(r["status"] == "FINISHED" for r in results) else "FAILED"
+    set_tags(c, run_id, {"mlflow.note.content": "labkit reproduce\n\n" + "\n".join(lines)})
+    c.set_terminated(run_id, status)
 
 
 def find_run(c, run_key: str, *, missing_ok: bool = False):
     """The MLflow run whose ``lab.run`` tag is ``run_key`` (searched across experiments)."""
-    exps = [e.experiment_id for e in c.search_experiments()]
+    exps = project_experiment_ids(c)
     runs = c.search_runs(exps, filter_string=f"tags.`lab.run` = '{run_key}'", max_results=2) if exps else []
     if not runs:
         if missing_ok:
             return None
         raise LabkitError(
-            f"no run has the provenance ID LAB:{run_key} in {tracking_uri()}",
+            f"no run has the provenance ID LAB:{run_key} in {redact(tracking_uri())}"
+            + (f" (experiments prefixed {experiment_prefix()!r})" if experiment_prefix() else ""),
             "check the ID, or point MLFLOW_TRACKING_URI at the store the chapter was written from",
         )
     return runs[0]

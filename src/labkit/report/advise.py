@@ -1,12 +1,17 @@
-"""Tables built from logged runs only: the results matrix, the accounting worksheet, advice.
-
-Nothing here measures. Every number comes from a finished MLflow run, cited by its
-``[LAB: …]`` ID; a field with no run behind it says so instead of holding a value.
+"""Advice from logged measurements: the recommended (drafter, k) per workload, and
+``advise --write``, which puts the protocol's winner into the recipe file beside its evidence.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import stat
+from pathlib import Path
+
 from labkit.errors import LabkitError
+from labkit.provenance import tracking
+from labkit.report.candidate import candidate  # noqa: F401 - the tool-suite candidate, re-exported
 from labkit.report.queries import load_table, source_run
 
 
@@ -51,3 +56,73 @@ def best_for(c, recipe, workload: str) -> dict:
     top = cells.loc[cells["speedup"].idxmax()]
     return {"drafter": top["drafter"], "k": int(top["k"]), "speedup": float(top["speedup"]),
             "wins": row["k"] > 0, "source": res["source"]}
+
+
+# -- the protocol's winner: read it, use it as the candidate, write it back -------------
+def protocol_winner(c, recipe) -> dict | None:
+    """The stepwise protocol's winner in the sweep that ``recipe`` reads ({"drafter", "k",
+    "source"}, plus the sweep's run and sweep hash), or None when that sweep ran the full grid."""
+    run, lab_id = source_run(c, "02_k_sweep", recipe)
+    tag = run.data.tags.get("protocol.winner")
+    if not tag:
+        return None
+    return {**json.loads(tag), "sweep": lab_id, "run": run, "sweep_hash": run.data.tags.get("recipe.sweep_hash")}
+
+
+def stale_fields(run, recipe) -> list[str]:
+    """Sweep fields whose value in ``recipe`` differs from what the run was made with."""
+    p = run.data.params
+    out = []
+    for f in recipe.SWEEP_FIELDS:
+        raw = p.get(f) if p.get(f) not in (None, "null") else p.get(f"recipe.{f}")
+        if raw is None or raw == "null":
+            continue  # a notebook parameter left at None: its effective value is in the hash only
+        if raw != tracking.param_text(getattr(recipe, f)):  # params are logged as param_text
+            out.append(f"{f}: {raw} in the run, {json.dumps(getattr(recipe, f))} now")
+    return out
+
+
+def write_winner(c, recipe) -> dict:
+    """Write the protocol's winner into the recipe file as ``n_max`` / ``n_max_drafter``, with
+    the evidence's LAB ID in a comment beside it; every other line stays as it was.
+
+    Refused (nothing written) when the recipe has no file, the file is read-only, the sweep
+    ran the full grid, or the evidence is stale: the recipe's sweep fields changed since the
+    run (its sweep hash differs).
+    """
+    from labkit.config import recipe as rc
+    from labkit.config.recipe_edit import set_fields
+
+    if not recipe.source:
+        raise LabkitError("the recipe has no file to write to", "pass --recipe experiments/<name>.yaml")
+    path = Path(recipe.source)
+    if not os.access(path, os.W_OK) or not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        raise LabkitError(f"the recipe file {path} is read-only: nothing was written",
+                          f"make it writable (chmod u+w {path}) or copy it to a new recipe, then retry")
+    win = protocol_winner(c, recipe)
+    if win is None:
+        raise LabkitError(f"the newest 02_k_sweep of recipe {recipe.name} ran the full grid: there is no "
+                          "protocol winner to write", f"run the stepwise protocol: labkit reproduce --recipe "
+                          f"{recipe.name} --only 02_k_sweep -p protocol=stepwise")
+    if win["sweep_hash"] != recipe.sweep_hash:
+        changed = stale_fields(win["run"], recipe)
+        raise LabkitError(
+            f"stale evidence: {win['sweep']} was measured with other sweep fields than {path} now has "
+            f"(sweep hash {win['sweep_hash']} vs {recipe.sweep_hash}): " + ("; ".join(changed) or "see the run"),
+            f"rerun the sweep on the recipe as it is (labkit reproduce --recipe {recipe.name} --only 02_k_sweep), "
+            "then write its winner")
+    before = path.read_text()
+    fields = {"n_max": int(win["k"]), "n_max_drafter": win["drafter"]}
+    note = (f"[{win['source']}] stepwise protocol winner, written by labkit advise --write"
+            if win["k"] > 0 else f"[{win['source']}] the protocol found no winning k: disable")
+    after = set_fields(before, fields, comment=note, where=str(path))
+    path.write_text(after)
+    try:
+        check = rc.load(path)
+        assert check.sweep_hash == recipe.sweep_hash, "writing n_max changed the sweep fields"
+    except BaseException:
+        path.write_text(before)  # never leave a recipe the next run cannot load
+        raise
+    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=False) if a != b]
+    return {"written": str(path), **fields, "source": win["source"], "sweep": win["sweep"],
+            "lines_changed": len(changed) + abs(len(after.splitlines()) - len(before.splitlines()))}

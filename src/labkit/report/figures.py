@@ -58,12 +58,23 @@ def stamp(fig, lab_id: str) -> None:
 
 
 def save(fig, folder: Path, *, lab_id: str, title: str) -> dict[str, Path]:
-    """PNG and SVG, each carrying the ID in its metadata."""
+    """PNG, SVG and PDF (for a chapter to include), each carrying the ID in its metadata
+    (PDF: Subject and Keywords) beside the visible stamp."""
     folder.mkdir(parents=True, exist_ok=True)
-    png, svg = folder / "figure.png", folder / "figure.svg"
+    png, svg, pdf = folder / "figure.png", folder / "figure.svg", folder / "figure.pdf"
     fig.savefig(png, dpi=120, bbox_inches="tight", metadata={"Title": title, "LAB": lab_id, "Software": "labkit"})
     fig.savefig(svg, bbox_inches="tight", metadata={"Title": title, "Identifier": lab_id, "Creator": "labkit"})
-    return {"png": png, "svg": svg}
+    fig.savefig(pdf, bbox_inches="tight", metadata={"Title": title, "Subject": lab_id, "Keywords": lab_id,
+                                                    "Creator": "labkit"})
+    return {"png": png, "svg": svg, "pdf": pdf}
+
+
+def pdf_lab_id(path: Path) -> str | None:
+    """Read the ID back from a PDF's document information (its Subject)."""
+    import re
+
+    m = re.search(rb"/Subject\s*\((.*?)(?<!\\)\)", Path(path).read_bytes(), re.S)
+    return m.group(1).decode("latin-1") if m else None
 
 
 def png_lab_id(path: Path) -> str | None:
@@ -224,3 +235,55 @@ def plot_arch_contrast(data: pd.DataFrame, *, title: str = "verify(m): dense vs 
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig, g
+
+
+@register("replay_vs_measured")
+def plot_replay_vs_measured(data: pd.DataFrame, *, title: str = "replay prediction vs measured, per k (greedy)"):
+    """Per drafter: predicted e2e speedup and acceptance for every k (lines, from the replay of
+    one plain run), measured ones where the protocol ran the arm (points, min-max bars)."""
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.0))
+    cols = ["drafter", "k", "pred_e2e_speedup", "pred_acceptance", "e2e_speedup", "e2e_speedup_min",
+            "e2e_speedup_max", "acceptance"]
+    d = data.reindex(columns=cols).sort_values(["drafter", "k"])
+    for i, (name, g) in enumerate(d.groupby("drafter")):
+        c = f"C{i}"
+        m = g[g["e2e_speedup"].notna()]
+        axes[0].plot(g["k"], g["pred_e2e_speedup"], "-", color=c, label=f"{name} predicted")
+        axes[0].errorbar(m["k"], m["e2e_speedup"], yerr=[m["e2e_speedup"] - m["e2e_speedup_min"],
+                                                         m["e2e_speedup_max"] - m["e2e_speedup"]],
+                         fmt="o", color=c, capsize=3, label=f"{name} measured")
+        axes[1].plot(g["k"], g["pred_acceptance"], "-", color=c, label=f"{name} replayed")
+        axes[1].plot(m["k"], m["acceptance"], "o", color=c, label=f"{name} measured")
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[0].set(xlabel="k (draft length)", ylabel="end-to-end speedup vs plain")
+    axes[1].set(xlabel="k (draft length)", ylabel="acceptance (accepted / drafted)", ylim=(0, 1.05))
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig, d.reset_index(drop=True)
+
+
+@register("tok_s_vs_c")
+def plot_tok_s_vs_c(data: pd.DataFrame, *, title: str = "throughput vs concurrency c"):
+    """Aggregate tok/s (min-max bars) and per-stream tok/s vs c, a line per (engine, k)."""
+    d = data.sort_values("c")
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.9))
+    drawn = []
+    for i, ((eng, k), g) in enumerate(d.groupby(["engine", "k"])):
+        style = "-" if eng == "labkit" else "--"
+        label = f"{eng} k={k}" + (f" ({g['drafter'].iloc[0]})" if k else " (plain)")
+        lo = (g["agg_tok_s"] - g["agg_tok_s_min"]).fillna(0).clip(lower=0)
+        hi = (g["agg_tok_s_max"] - g["agg_tok_s"]).fillna(0).clip(lower=0)
+        axes[0].errorbar(g["c"], g["agg_tok_s"], yerr=[lo, hi], ls=style, marker="o", capsize=2, label=label,
+                         color=f"C{i}")
+        axes[1].plot(g["c"], g["per_stream_tok_s"], ls=style, marker="o", label=label, color=f"C{i}")
+        drawn.append(g[["engine", "k", "c", "agg_tok_s", "agg_tok_s_min", "agg_tok_s_max", "per_stream_tok_s"]])
+    for ax, what in zip(axes, ("aggregate tok/s (median, min-max)", "per-stream tok/s (median)")):
+        ax.set_xlabel("concurrent streams c")
+        ax.set_ylabel(what)
+        ax.set_xticks(sorted(d["c"].unique()))
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig, pd.concat(drawn, ignore_index=True)

@@ -1,51 +1,215 @@
-"""Tables built from logged runs only: the results matrix, the accounting worksheet, advice.
+"""The results matrix, in the chapter's sections, from logged runs only.
 
-Nothing here measures. Every number comes from a finished MLflow run, cited by its
-``[LAB: …]`` ID; a field with no run behind it says so instead of holding a value.
+§A prefill: prefill tok/s and time to first token, apart from decode (the sweep's runs
+    carry ``prompt_tokens`` and ``ttft_ms``).
+§B concurrency: 07_concurrency's table where that notebook has run.
+§E the n_max matrix: per recipe and drafter, for each n_max, decode tok/s, speedup and
+    first-token acceptance (``accept_by_pos[0]``, the chapter's denominator) beside
+    acceptance per drafted token.
+
+A section is a tidy table of numeric columns (what is logged, exported to CSV and
+compared by ``regen``); ``display`` turns it into the chapter's text cells,
+"tok/s (×) @ first-token acceptance%", for markdown, LaTeX and notebooks only.
+Every row carries the host it was measured on and the ``[LAB: …]`` ID behind it.
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from labkit.errors import LabkitError
-from labkit.report.queries import latest_per_recipe, load_table
+from labkit.provenance.ids import DOCUMENTS
+from labkit.report import evidence
+from labkit.report.queries import latest_per_recipe
+
+SECTIONS = DOCUMENTS["RESULTS-MATRIX"]
+E_LEGEND = ("each n_max cell: decode tok/s (speedup × vs plain) @ first-token acceptance % "
+            "[acceptance per drafted token %]; n_max=0 is plain decoding")
 
 
-def _cell_text(row) -> str:
-    acc = f"{row['acceptance']:.0%}" if row.get("acceptance") is not None and pd.notna(row["acceptance"]) else "-"
-    return f"{row['tok_s']:.1f} ({row['speedup']:.2f}×) @ {acc}"
+@dataclass
+class Section:
+    """One section's numeric table, the runs behind it, or why it is empty."""
+
+    name: str
+    data: pd.DataFrame
+    sources: list[dict] = field(default_factory=list)
+    no_data: str | None = None
+
+    @property
+    def title(self) -> str:
+        return SECTIONS[self.name]
+
+
+def _run_meta(run) -> dict:
+    t = run.data.tags
+    return {"recipe": t.get("recipe"), "host": evidence.host_label(t), "model": t.get("model.name"),
+            "model_sha256": (t.get("model.sha256") or "")[:12], "source": t.get("lab.id")}
+
+
+def _source(run, tables: list[str]) -> dict:
+    t = run.data.tags
+    return {"id": t.get("lab.id"), "run_id": run.info.run_id, "recipe": t.get("recipe"), "tables": tables}
+
+
+def _first_token(rows: pd.DataFrame) -> tuple[float | None, float | None]:
+    """(first-token acceptance, acceptance per drafted token) pooled over ``rows``."""
+    reach = sum(int(r[0]) for r in rows["drafts_reaching_pos"] if r is not None and len(r))
+    acc0 = sum(int(r[0]) for r in rows["acc_pos"] if r is not None and len(r))
+    drafted, accepted = rows["drafted"].sum(), rows["accepted"].sum()
+    return (acc0 / reach if reach else None), (float(accepted / drafted) if drafted else None)
+
+
+def section_e(c, *, workload: str = "all", temperature: float = 0.0) -> Section:
+    """§E: one row per (recipe, drafter, n_max), pooled over workloads (median of cells)."""
+    out, sources = [], []
+    for run in latest_per_recipe(c, "02_k_sweep"):
+        cells, rows = evidence.table_or_none(c, run, "sweep-cells"), evidence.table_or_none(c, run, "sweep-runs")
+        if cells is None or rows is None:
+            continue
+        cells = cells[cells["temperature"] == temperature]
+        rows = rows[(rows["temperature"] == temperature) & (~rows["cold"].astype(bool))]
+        if workload != "all":
+            cells, rows = cells[cells["workload"] == workload], rows[rows["workload"] == workload]
+        if cells.empty:
+            continue
+        meta = _run_meta(run)
+        meta["spill"] = evidence.residency_text(evidence.json_tag(run.data.tags, "residency"))
+        base = float(cells[cells["k"] == 0]["tok_s"].median()) if (cells["k"] == 0).any() else None
+        for (d, k), g in cells.groupby(["drafter", "k"]):
+            ft, acc = _first_token(rows[(rows["drafter"] == d) & (rows["k"] == k)]) if k > 0 else (None, None)
+            out.append({**meta, "drafter": d, "n_max": int(k), "workloads": int(g["workload"].nunique()),
+                        "tok_s": float(g["tok_s"].median()), "tok_s_min": float(g["tok_s_min"].min()),
+                        "tok_s_max": float(g["tok_s_max"].max()), "speedup": float(g["speedup"].median()),
+                        "speedup_min": float(g["speedup_min"].min()), "speedup_max": float(g["speedup_max"].max()),
+                        "first_token_acceptance": ft, "acceptance": acc, "baseline_tok_s": base})
+        sources.append(_source(run, ["sweep-cells", "sweep-runs"]))
+    if not out:
+        return Section("E", pd.DataFrame(), sources,
+                       evidence.no_data("no finished 02_k_sweep run with sweep tables; run labkit reproduce "
+                                        "--only 02_k_sweep"))
+    df = pd.DataFrame(out)
+    return Section("E", df[_cols(df, "source")], sources)
+
+
+def section_a(c, *, temperature: float = 0.0) -> Section:
+    """§A: per (recipe, workload, drafter): prompt length, TTFT and prefill tok/s (warm runs),
+    beside decode tok/s; drafter "none" is plain decoding (a draft model's own prefill
+    shows up as a longer TTFT)."""
+    out, sources = [], []
+    for run in latest_per_recipe(c, "02_k_sweep"):
+        rows = evidence.table_or_none(c, run, "sweep-runs")
+        if rows is None:
+            continue
+        rows = rows[(rows["temperature"] == temperature) & (~rows["cold"].astype(bool)) & rows["ttft_ms"].notna()]
+        meta = _run_meta(run)
+        for (wl, d), g in rows.groupby(["workload", "drafter"]):
+            pre = g["prompt_tokens"] / (g["ttft_ms"] / 1e3)
+            out.append({**meta, "workload": wl, "drafter": d, "runs": len(g),
+                        "prompt_tokens": float(g["prompt_tokens"].median()),
+                        "ttft_ms": float(g["ttft_ms"].median()), "ttft_ms_min": float(g["ttft_ms"].min()),
+                        "ttft_ms_max": float(g["ttft_ms"].max()), "prefill_tok_s": float(pre.median()),
+                        "prefill_tok_s_min": float(pre.min()), "prefill_tok_s_max": float(pre.max()),
+                        "decode_tok_s": float(g["decode_tok_s"].median())})
+        sources.append(_source(run, ["sweep-runs"]))
+    if not out:
+        return Section("A", pd.DataFrame(), sources,
+                       evidence.no_data("no finished 02_k_sweep run with a sweep-runs table; run labkit "
+                                        "reproduce --only 02_k_sweep"))
+    df = pd.DataFrame(out)
+    return Section("A", df[_cols(df, "source")], sources)
+
+
+def section_b(c) -> Section:
+    """§B: 07_concurrency's ``concurrency`` table (with its verdict where logged), per recipe."""
+    out, sources = [], []
+    for run in latest_per_recipe(c, "07_concurrency"):
+        conc = evidence.table_or_none(c, run, "concurrency")
+        if conc is None or conc.empty:
+            continue
+        verdict = evidence.table_or_none(c, run, "concurrency-verdict")
+        if verdict is not None and not verdict.empty and {"c", "k", "verdict"} <= set(verdict.columns):
+            conc = conc.merge(verdict[["c", "k", "verdict"]], on=["c", "k"], how="left")
+        meta = _run_meta(run)
+        out.append(conc.assign(**meta))
+        sources.append(_source(run, ["concurrency"] + (["concurrency-verdict"] if verdict is not None else [])))
+    if not out:
+        return Section("B", pd.DataFrame(), sources,
+                       evidence.no_data("no finished 07_concurrency run with a concurrency table; the "
+                                        "re-bench at your concurrency is mandatory: run labkit reproduce "
+                                        "--only 07_concurrency"))
+    df = pd.concat(out, ignore_index=True)
+    return Section("B", df[_cols(df, "source")], sources)
+
+
+def _cols(df: pd.DataFrame, last: str) -> list[str]:
+    return [x for x in df.columns if x != last] + [last]
+
+
+BUILDERS = {"A": section_a, "B": section_b, "E": section_e}
+
+
+def section(c, name: str, **kw) -> Section:
+    """Build section ``name`` ("A", "B" or "E") from the newest logged runs."""
+    if name not in BUILDERS:
+        raise LabkitError(f"the results matrix has no section §{name}",
+                          "its sections are " + ", ".join(f"§{s} ({t.split(':')[0]})" for s, t in SECTIONS.items()))
+    return BUILDERS[name](c, **kw)
+
+
+# -- display only -----------------------------------------------------------------------
+def _pct(x) -> str:
+    return "-" if x is None or pd.isna(x) else f"{x:.0%}"
+
+
+def display(sec: Section) -> pd.DataFrame:
+    """The section as text cells for markdown/LaTeX/notebooks (never logged as data)."""
+    df = sec.data
+    if df.empty:
+        return pd.DataFrame({"no data": [sec.no_data or "no rows"]})
+    if sec.name == "E":
+        return _display_e(df)
+    out = df.copy()
+    for col in out.columns:
+        if pd.api.types.is_float_dtype(out[col]):
+            out[col] = out[col].map(_num)
+    return out
+
+
+def _num(x) -> str:
+    if x is None or pd.isna(x):
+        return "-"
+    return f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}"
+
+
+def _display_e(df: pd.DataFrame) -> pd.DataFrame:
+    keys = ["recipe", "host", "model", "model_sha256", "spill"]
+    rows = []
+    for key, g in df.groupby(keys, sort=False, dropna=False):
+        base = g[g["n_max"] == 0]
+        for d in sorted(x for x in g["drafter"].unique() if x != "none"):
+            row = dict(zip(keys, key))
+            row["drafter"] = d
+            row["n_max=0"] = f"{base['tok_s'].iloc[0]:.1f}" if len(base) else "-"
+            for r in g[g["drafter"] == d].sort_values("n_max").itertuples():
+                row[f"n_max={r.n_max}"] = (f"{r.tok_s:.1f} ({r.speedup:.2f}×) @ {_pct(r.first_token_acceptance)} "
+                                           f"[{_pct(r.acceptance)}]")
+            row["source"] = g["source"].iloc[0]
+            rows.append(row)
+    out = pd.DataFrame(rows)
+    ks = sorted((c for c in out.columns if c.startswith("n_max=")), key=lambda c: int(c.split("=")[1]))
+    out = out[keys + ["drafter"] + ks + ["source"]].fillna("-")
+    out.attrs["legend"] = E_LEGEND
+    return out
 
 
 def results_matrix(c, *, workload: str = "all", temperature: float = 0.0) -> pd.DataFrame:
-    """The §E table: one row per recipe/model/drafter; baseline tok/s and one column per k,
-    each "tok/s (speedup×) @ acceptance%", from the newest k-sweep run of each recipe."""
-    rows = []
-    for run in latest_per_recipe(c, "02_k_sweep"):
-        cells = load_table(c, run, "sweep-cells")
-        cells = cells[cells["temperature"] == temperature]
-        if workload != "all":
-            cells = cells[cells["workload"] == workload]
-        if cells.empty:
-            continue
-        tags = run.data.tags
-        res = json.loads(tags.get("residency", "null") or "null") or {}
-        spill = ("none: all on host" if res.get("layers_on_accelerator", 0) == 0 else
-                 f"{res.get('layers_on_host')} of {res.get('layers_on_host', 0) + res.get('layers_on_accelerator', 0)} "
-                 "layers on host")
-        agg = cells.groupby(["drafter", "k"]).agg(tok_s=("tok_s", "median"), speedup=("speedup", "median"),
-                                                   acceptance=("acceptance", "median")).reset_index()
-        base = agg[agg["k"] == 0]["tok_s"].median()
-        for d in sorted(x for x in agg["drafter"].unique() if x != "none"):
-            row = {"recipe": tags.get("recipe"), "model": tags.get("model.name"),
-                   "model_sha256": (tags.get("model.sha256") or "")[:12], "spill": spill, "drafter": d,
-                   "baseline tok/s": round(float(base), 1), "id": tags.get("lab.id")}
-            for r in agg[agg["drafter"] == d].to_dict("records"):
-                row[f"k={int(r['k'])}"] = _cell_text(r)
-            rows.append(row)
-    if not rows:
+    """§E as the chapter prints it (text cells); a clear error when there is no sweep."""
+    sec = section_e(c, workload=workload, temperature=temperature)
+    if sec.no_data:
         raise LabkitError("no finished 02_k_sweep runs to build the results matrix from",
                           "run `labkit reproduce --only 02_k_sweep` first")
-    return pd.DataFrame(rows)
+    return display(sec)
+

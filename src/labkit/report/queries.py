@@ -11,17 +11,36 @@ import json
 import pandas as pd
 
 from labkit.errors import LabkitError
-from labkit.provenance import frames, tracking
+from labkit.provenance import fingerprint, frames, tracking
 from labkit.provenance.ids import parse_id
+from labkit.provenance.runtags import machine_of
 
 NO_DATA = "no data: {why}"
 
 
+THIS_HOST = "this host"  # latest_runs(host=THIS_HOST): the label of the machine asking
+
+
+def run_host(run) -> str | None:
+    """The host label a run was made on (runs from before labels: their hostname)."""
+    return machine_of(run.data.tags)[0]
+
+
+def run_build(run) -> str | None:
+    """The engine build a run used (``engine.build``), None for runs that opened no engine."""
+    return machine_of(run.data.tags)[1]
+
+
 def latest_runs(c, notebook: str, *, recipe_hash: str | None = None, sweep_hash: str | None = None,
-                recipe_name: str | None = None, limit: int = 200) -> list:
+                recipe_name: str | None = None, host: str | None = THIS_HOST, engine_build: str | None = None,
+                limit: int = 200) -> list:
     """Finished runs of a notebook, newest first; optionally of one recipe (by effective
-    hash, by the hash of its sweep fields, or by name)."""
-    exp = c.get_experiment_by_name(notebook)
+    hash, by the hash of its sweep fields, or by name).
+
+    "Latest" is per host: by default only runs made on this machine's host label
+    (``LABKIT_HOST_LABEL``, else the hostname) count, so a Mac run never stands in for a
+    Linux run; ``host=None`` takes every host, ``engine_build`` narrows to one build."""
+    exp = tracking.get_experiment(c, notebook)
     if exp is None:
         return []
     flt = "attributes.status = 'FINISHED'"
@@ -31,16 +50,21 @@ def latest_runs(c, notebook: str, *, recipe_hash: str | None = None, sweep_hash:
         flt += f" and tags.`recipe.sweep_hash` = '{sweep_hash}'"
     if recipe_name:
         flt += f" and tags.`recipe` = '{recipe_name}'"
-    return list(c.search_runs([exp.experiment_id], filter_string=flt, order_by=["attributes.start_time DESC"],
-                              max_results=limit))
+    runs = c.search_runs([exp.experiment_id], filter_string=flt, order_by=["attributes.start_time DESC"],
+                         max_results=limit)
+    if host == THIS_HOST:
+        host = fingerprint.host_label()[0]
+    return [r for r in runs if (host is None or run_host(r) == host)
+            and (engine_build is None or run_build(r) == engine_build)]
 
 
 def latest_per_recipe(c, notebook: str) -> list:
+    """The newest finished run of each (recipe, host label, engine build), every host."""
     seen, out = set(), []
-    for r in latest_runs(c, notebook):
-        h = r.data.tags.get("recipe.effective_hash")
-        if h not in seen:
-            seen.add(h)
+    for r in latest_runs(c, notebook, host=None):
+        key = (r.data.tags.get("recipe.effective_hash"), run_host(r), run_build(r))
+        if key not in seen:
+            seen.add(key)
             out.append(r)
     return out
 
@@ -71,6 +95,14 @@ def source_run(c, notebook: str, recipe) -> tuple:
         return run, run.data.tags.get("lab.id")
     runs = latest_runs(c, notebook, sweep_hash=recipe.sweep_hash) or latest_runs(c, notebook, recipe_name=recipe.name)
     if not runs:
+        elsewhere = sorted({run_host(r) for r in latest_runs(c, notebook, recipe_name=recipe.name, host=None)} - {None})
+        if elsewhere:
+            raise LabkitError(
+                f"no finished {notebook} run for recipe {recipe.name} on this host "
+                f"({fingerprint.host_label()[0]}); there are runs from {', '.join(elsewhere)}",
+                f"run it here (labkit reproduce --recipe {recipe.name} --only {notebook}), or pass "
+                "-p sweep=LAB:<id> to read another host's run on purpose",
+            )
         changed = [f"-p {k}={json.dumps(getattr(recipe, k))}" for k in recipe.SWEEP_FIELDS
                    if k in getattr(recipe, "origins", {})]
         raise LabkitError(

@@ -1,17 +1,23 @@
-"""Tables built from logged runs only: the results matrix, the accounting worksheet, advice.
+"""The chapter's two worksheets, from logged runs only.
 
-Nothing here measures. Every number comes from a finished MLflow run, cited by its
-``[LAB: …]`` ID; a field with no run behind it says so instead of holding a value.
+The **accounting table** has one row per item with Baseline (speculation off) /
+Candidate / Notes columns and the ``[LAB: …]`` ID behind it. The **short field
+worksheet** is its seven-item digest: (1) engine build + model artifact, (2) spill /
+n-cpu-moe, (3) n_max off vs candidate with the acceptance at each step, (4) mean accept
+length, (5) warm decode tok/s (3 runs, range), (6) tool-suite runs, (7) the keep/reject
+decision with its owner. End-to-end speedup, production concurrency (the mandatory
+re-bench) and the dominant inequality term live in the accounting table; when the
+concurrency re-bench is missing the short form's decision says it is provisional.
+
+Nothing here measures. A field with no run behind it says "no data: <reason>".
 """
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
-from labkit.errors import LabkitError
-from labkit.report.queries import NO_DATA, latest_runs, load_table
+from labkit.provenance.metric_keys import canonical_metrics
+from labkit.report.queries import NO_DATA
 
 
 def decide(cells: pd.DataFrame, pred: pd.DataFrame | None, k_tested: list[int]) -> dict:
@@ -56,74 +62,213 @@ def decide(cells: pd.DataFrame, pred: pd.DataFrame | None, k_tested: list[int]) 
             "term": "; ".join(terms) or None}
 
 
-def worksheet(c, recipe) -> list[dict]:
-    """The accounting worksheet for one recipe, every field from a cited run or marked as missing."""
-    fields: list[dict] = []
+ITEMS = (
+    "engine build (pinned commit)", "model artifact (path + checksum + quant)", "spill / n-cpu-moe (load log)",
+    "n_max (off vs candidate)", "acceptance at each step", "mean accept length", "warm decode tok/s (3 runs, range)",
+    "end-to-end speedup (TTLT)", "tool suite runs", "production concurrency (re-bench)",
+    "decision (keep/reject, owner)", "dominant inequality term", "energy / CPU time per token",
+)
+SHORT = (  # the short field worksheet: (item, accounting rows it is drawn from)
+    ("1. engine build + model artifact", ITEMS[0:2]),
+    ("2. spill / n-cpu-moe (load log)", ITEMS[2:3]),
+    ("3. n_max: off vs candidate, acceptance at each step", ITEMS[3:5]),
+    ("4. mean accept length", ITEMS[5:6]),
+    ("5. warm decode tok/s (3 runs, range)", ITEMS[6:7]),
+    ("6. tool suite runs", ITEMS[8:9]),
+    ("7. decision keep/reject + owner", ITEMS[10:11]),
+)
 
-    def add(name, value, source=None):
-        fields.append({"field": name, "value": value, "source": source})
 
-    sweep = latest_runs(c, "02_k_sweep", sweep_hash=recipe.sweep_hash)
-    cost = latest_runs(c, "01_cost_fit", recipe_name=recipe.name)
-    tools = latest_runs(c, "04_tool_suite_qc", recipe_name=recipe.name)
-    power = latest_runs(c, "05_power", recipe_name=recipe.name)
-    ref = (sweep or cost or [None])[0]
-    if ref is None:
-        add("engine build", NO_DATA.format(why=f"no run for recipe {recipe.name}; run labkit reproduce"))
-        return fields
-    t = ref.data.tags
-    rid = t.get("lab.id")
-    add("engine build", f"{t.get('engine')} {t.get('engine.version')} (llama.cpp {str(t.get('engine.commit'))[:10]}), "
-                        f"flags: {t.get('engine.flags')}", rid)
-    add("model artifact + checksum", f"{t.get('model.name')} sha256 {t.get('model.sha256')}", rid)
-    add("spill / residency", t.get("residency") or NO_DATA.format(why="engine did not report residency"), rid)
-    if cost:
-        m = cost[0].data.metrics
-        add("verify(m) fit", f"a = {m.get('verify_a_ms', float('nan')):.2f} ms, b = {m.get('verify_b_ms', float('nan')):.2f} "
-                             f"ms/row, H = {m.get('H_ms', float('nan')):.2f} ms", cost[0].data.tags.get("lab.id"))
-    else:
-        add("verify(m) fit", NO_DATA.format(why="no 01_cost_fit run"))
-    if sweep:
-        run = sweep[0]
-        sid = run.data.tags.get("lab.id")
-        cells = load_table(c, run, "sweep-cells")
-        try:
-            pred = load_table(c, run, "cost-model")
-        except LabkitError:
-            pred = None
-        base = cells[(cells["k"] == 0) & (cells["temperature"] == 0)]
-        d = decide(cells, pred, sorted(int(k) for k in cells["k"].unique()))
-        best = d.get("best", {})
-        add("n_max (best k)", f"{best['drafter']} k = {best['k']} (geometric-mean speedup {best['geomean_speedup']:.2f}× "
-            "over the workloads)" if best else d["decision"], sid)
-        rows = load_table(c, run, "sweep-runs")
-        g = rows[(rows["drafter"] == best.get("drafter")) & (rows["k"] == best.get("k", -1)) & (~rows["cold"])
-                 & (rows["temperature"] == 0)]
-        add("mean accept length", f"{g['accepted'].sum() / g['spec_steps'].sum():.2f} accepted drafts per drafting "
-                                  f"step; {g['decode_tokens'].sum() / g['steps'].sum():.2f} tokens per step "
-                                  "(all steps, pooled over workloads)" if len(g) and g["spec_steps"].sum() else
-            NO_DATA.format(why="no speculative run"), sid)
-        add("warm decode tok/s (plain)", f"{base['tok_s'].median():.1f} (range {base['tok_s_min'].min():.1f}-"
-                                         f"{base['tok_s_max'].max():.1f}, {int(base['n'].sum())} warm runs)", sid)
-        add("decision", d["decision"], sid)
-        add("dominant inequality term", d["term"] or "no losing cell for the chosen drafter", sid)
-    else:
-        for f in ("n_max (best k)", "mean accept length", "warm decode tok/s (plain)", "decision",
-                  "dominant inequality term"):
-            add(f, NO_DATA.format(why="no 02_k_sweep run"))
-    if tools:
-        m = tools[0].data.metrics
-        on = ", ".join(f"{k.rsplit('.', 1)[-1]} {v:.3f}" for k, v in sorted(m.items())
-                       if k.startswith("toolsuite.greedy.on.") and not k.endswith((".lo", ".hi")))
-        verdicts = json.loads(tools[0].data.tags.get("toolsuite.verdict", "{}"))
-        add("tool-suite runs", f"greedy off {m.get('toolsuite.greedy.off', float('nan')):.3f}, on: {on}; sampled: "
-            + "; ".join(f"{d}: {v}" for d, v in verdicts.items()), tools[0].data.tags.get("lab.id"))
-    else:
-        add("tool-suite runs", NO_DATA.format(why="no 04_tool_suite_qc run"))
-    add("concurrency measured", NO_DATA.format(why="labkit measures single-stream decoding only"))
-    if power:
-        p = power[0]
-        add("energy per token", p.data.tags.get("power.summary", NO_DATA.format(why="no summary")), p.data.tags.get("lab.id"))
-    else:
-        add("energy per token", NO_DATA.format(why="no 05_power run"))
-    return fields
+def _spread(d: dict | None, unit: str = "", n_key: str = "runs") -> str:
+    if not d:
+        return ""
+    return f"{d['median']:.2f}{unit} (range {d['min']:.2f}-{d['max']:.2f}, {d[n_key]} {n_key})"
+
+
+def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
+    """The accounting table: one dict per item with baseline, candidate, notes, source."""
+    from labkit.report import candidate as cand_mod
+    from labkit.report import decision, evidence
+
+    rows: list[dict] = []
+
+    def add(item, baseline, cand, notes="", source=None):
+        rows.append({"item": item, "baseline": baseline, "candidate": cand, "notes": notes, "source": source})
+
+    sw = evidence.sweep(c, recipe)
+    tools = evidence.newest(c, "04_tool_suite_qc", recipe)
+    conc = evidence.newest(c, "07_concurrency", recipe)
+    owner = owner or recipe.owner
+    if sw.run is None:
+        for item in ITEMS:
+            add(item, evidence.no_data(sw.why), evidence.no_data(sw.why))
+        rows[ITEMS.index("decision (keep/reject, owner)")]["notes"] = (
+            f"owner: {owner}" if owner else evidence.no_data("no owner: set recipe field owner or pass --owner"))
+        return rows
+    t, sid, eng = sw.tags, sw.id, sw.engine
+    cand = cand_mod.candidate(c, recipe, sw)
+    d, k = cand["drafter"], cand["k"]
+    build = eng.get("build", {})
+    commit = t.get("engine.commit") or build.get("llama_cpp_commit")
+    text = (f"{t.get('engine')} {t.get('engine.version')}" + (f", llama.cpp commit {commit}" if commit else "")
+            if t.get("engine") else evidence.no_data("the sweep run has no engine tags"))
+    add(ITEMS[0], text, text, f"flags: {t.get('engine.flags') or '-'}; threads {t.get('engine.threads', '-')}; "
+        "same build for both columns", sid)
+    model = eng.get("model") or {}
+    path = eng.get("model_path") or model.get("path")
+    quant = eng.get("model_desc") or model.get("ftype") or evidence.no_data("no model description")
+    art = (f"{path or t.get('model.name')} sha256 {t.get('model.sha256') or model.get('sha256')} ({quant})"
+           if t.get("model.sha256") or model.get("sha256") else evidence.no_data("the run recorded no model checksum"))
+    draft = (f"; draft {t.get('draft.model.name')} sha256 {t.get('draft.model.sha256')}"
+             if d == "model" and t.get("draft.model.sha256") else "")
+    add(ITEMS[1], art, art + draft, "the candidate's drafter is " + (
+        "a draft model" if d == "model" else f"{d} (no extra weights)"), sid)
+    spill = evidence.residency_text(evidence.json_tag(t, "residency"), build=build)
+    add(ITEMS[2], spill, spill, f"asked n_gpu_layers = {t.get('engine.n_gpu_layers', '-')}", sid)
+    add(ITEMS[3], "0 (speculation off)", f"{d} n_max={k}", f"chosen by {cand['how']}",
+        cand["source"] or sid)
+    rs = sw.rows
+    add(ITEMS[4], "-", decision.steps_text(sw.steps, rs, d, sw.stopped) or evidence.no_data("no speculative runs"),
+        "stepwise protocol" if sw.steps is not None else "full grid", sid)
+    al = decision.accept_length(rs, d, k) if rs is not None else None
+    add(ITEMS[5], "1.00 token per step (plain)",
+        f"{al['tokens_per_step']:.2f} tokens per step ({al['mean_accepted'] or 0:.2f} accepted drafts per "
+        f"drafting step)" if al else evidence.no_data(f"no warm greedy run of {d} n_max={k}"),
+        f"acceptance per drafted token {al['acceptance']:.0%}" if al and al["acceptance"] is not None else "", sid)
+    base_r, cand_r = (decision.run_tok_s(rs, None, 0), decision.run_tok_s(rs, d, k)) if rs is not None else (None, None)
+    few = [x["runs"] for x in (base_r, cand_r) if x and x["runs"] < 3]
+    add(ITEMS[6], _spread(base_r, " tok/s") or evidence.no_data("no warm plain run"),
+        _spread(cand_r, " tok/s") or evidence.no_data(f"no warm run of {d} n_max={k}"),
+        "warm greedy runs, tokens pooled over the prompts of each run" +
+        (f"; only {min(few)} warm run(s): the chapter asks for 3" if few else ""), sid)
+    e2e = decision.paired_ratio(rs, d, k, "e2e_tok_s") if rs is not None else None
+    dec = decision.paired_ratio(rs, d, k, "decode_tok_s") if rs is not None else None
+    add(ITEMS[7], "1.00×", _spread(e2e, "×", "pairs") or evidence.no_data("no paired runs"),
+        f"decode-only {_spread(dec, '×', 'pairs')}" if dec else "", sid)
+    tool_ok, tool = _toolsuite(tools, cand)
+    add(ITEMS[8], tool["baseline"], tool["candidate"], tool["notes"], tools.id)
+    add(ITEMS[9], *_concurrency(c, conc, recipe), conc.id)
+    lossless = None
+    if rs is not None and "lossless" in rs:
+        sel = decision._warm(rs, d, k)["lossless"].dropna()
+        lossless = bool(sel.all()) if len(sel) else None
+    word, why = decision.candidate_verdict(e2e=e2e, decode=dec["median"] if dec else None, tool_ok=tool_ok,
+                                           lossless=lossless, concurrency=conc.run is not None)
+    spec = decision.speculation_words(sw.cells, cand, steps=sw.steps, stopped=sw.stopped,
+                                      configured=getattr(recipe, "n_max", None)) if sw.cells is not None else None
+    add(ITEMS[10], "-", f"{word}: {d} n_max={k}" + (f" ({'; '.join(why)})" if why else ""),
+        (f"owner: {owner}" if owner else evidence.no_data("no owner: set recipe field owner or pass --owner"))
+        + (f"; speculation: {spec['text']}" if spec else ""), sid)
+    term = decision.dominant_term(sw.pred, d, k)
+    add(ITEMS[11], "-", term or evidence.no_data(f"no cost-model row for {d} n_max={k}"), "", sid)
+    power = evidence.newest(c, "05_power", recipe)
+    add(ITEMS[12], *_power(c, power), power.id)
+    return rows
+
+
+def _power(c, power) -> tuple[str, str, str]:
+    from labkit.report import evidence
+
+    table = evidence.table_or_none(c, power.run, "power-summary") if power.run is not None else None
+    if table is None or table.empty:
+        nd = evidence.no_data(power.why or f"{power.id} logged no power-summary table")
+        return nd, nd, ""
+
+    def cell(r) -> str:
+        j, cpu = r.get("j_per_token"), r.get("cpu_s_per_token")
+        return (f"k={int(r['k'])}: " + (f"{cpu * 1e3:.1f} ms CPU per token" if cpu is not None and pd.notna(cpu)
+                                        else "CPU time not measured")
+                + (f", {j:.3f} J per token" if j is not None and pd.notna(j) else ", energy not measured"))
+
+    base, spec = table[table["k"] == 0], table[table["k"] > 0]
+    return (cell(base.iloc[0]) if len(base) else evidence.no_data("no k=0 power row"),
+            cell(spec.iloc[0]) if len(spec) else evidence.no_data("no speculative power row"),
+            power.tags.get("power.summary", ""))
+
+
+def _toolsuite(tools, cand) -> tuple[bool | None, dict]:
+    from labkit.report import evidence
+
+    if tools.run is None:
+        nd = evidence.no_data(tools.why)
+        return None, {"baseline": nd, "candidate": nd, "notes": ""}
+    m, t = canonical_metrics(tools.metrics), tools.tags  # old and new metric keys
+    d = cand["drafter"]
+    verdicts = evidence.json_tag(t, "toolsuite.verdict") or {}
+    within = evidence.json_tag(t, "toolsuite.within_tolerance") or {}
+    ran_k = t.get("toolsuite.k")
+    off = m.get("toolsuite/greedy.off")
+    band = (f"; sampled {m['toolsuite/sampled.off.lo']:.1%}-{m['toolsuite/sampled.off.hi']:.1%}"
+            if "toolsuite/sampled.off.lo" in m else "")
+    on = m.get(f"toolsuite/greedy.on.{d}")
+    on_s = (f"; sampled {m[f'toolsuite/sampled.on.{d}.lo']:.1%}-{m[f'toolsuite/sampled.on.{d}.hi']:.1%}"
+            if f"toolsuite/sampled.on.{d}.lo" in m else "")
+    p = m.get(f"toolsuite/mcnemar_p.{d}")
+    notes = [verdicts.get(d, evidence.no_data(f"no verdict for {d}"))]
+    if p is not None:
+        notes.append(f"paired McNemar p = {p:.3g}")
+    notes.append(f"ran at n_max={ran_k}" if ran_k else "the run did not record its k")
+    if ran_k and int(ran_k) != cand["k"]:
+        notes.append(f"not the candidate's n_max={cand['k']}: rerun 04_tool_suite_qc")
+    return (bool(within[d]) if d in within else None), {
+        "baseline": f"greedy {off:.1%}{band}" if off is not None else evidence.no_data("no off score"),
+        "candidate": f"greedy {on:.1%}{on_s}" if on is not None else evidence.no_data(f"no on score for {d}"),
+        "notes": "; ".join(notes)}
+
+
+def _concurrency(c, conc, recipe) -> tuple[str, str, str]:
+    from labkit.report import evidence
+
+    if conc.run is None:
+        nd = evidence.no_data(f"{conc.why} (re-bench at the production concurrency is mandatory)")
+        return nd, nd, ""
+    want = getattr(recipe, "production_concurrency", None)
+    table = evidence.table_or_none(c, conc.run, "concurrency")
+    verdict = evidence.table_or_none(c, conc.run, "concurrency-verdict")
+    if table is None or table.empty:
+        nd = evidence.no_data(f"{conc.id} logged no concurrency table")
+        return nd, nd, ""
+    at = want if want is not None and (table["c"] == want).any() else int(table["c"].max())
+    g = table[table["c"] == at]
+    plain, spec = g[g["k"] == 0], g[g["k"] > 0]
+    base = f"c={at}: {plain['agg_tok_s'].median():.1f} tok/s aggregate" if len(plain) else evidence.no_data(
+        f"no plain arm at c={at}")
+    best = spec.loc[spec["agg_tok_s"].idxmax()] if len(spec) else None
+    cand = (f"c={at}: {best['agg_tok_s']:.1f} tok/s aggregate ({best['drafter']} k={int(best['k'])})"
+            if best is not None else evidence.no_data(f"no speculative arm at c={at}"))
+    notes = "" if want is not None else "recipe sets no production_concurrency: the highest c measured"
+    if verdict is not None and not verdict.empty:
+        v = verdict[verdict["c"] == at]
+        if len(v):
+            notes = "; ".join(x for x in [notes, str(v["verdict"].iloc[0])] if x)
+    return base, cand, notes
+
+
+def field_sheet(rows: list[dict]) -> list[dict]:
+    """The short field worksheet (7 items) drawn from the accounting rows."""
+    by = {r["item"]: r for r in rows}
+    out = []
+    for item, parts in SHORT:
+        vals, srcs = [], []
+        for p in parts:
+            r = by[p]
+            if p.startswith("n_max"):
+                vals.append(f"{r['baseline']} vs {r['candidate']} ({r['notes']})")
+            elif p.startswith("warm decode"):
+                vals.append(f"off {r['baseline']}; candidate {r['candidate']}")
+            elif p.startswith("tool suite"):
+                vals.append(f"off {r['baseline']}; on {r['candidate']}; {r['notes']}")
+            elif p.startswith("decision"):
+                vals.append(f"{r['candidate']}; {r['notes']}")
+            else:
+                vals.append(r["candidate"])
+            if r["source"] and r["source"] not in srcs:
+                srcs.append(r["source"])
+        out.append({"item": item, "value": " | ".join(vals), "source": ", ".join(srcs) or None})
+    return out
+
+
+def worksheet(c, recipe, *, owner: str | None = None) -> list[dict]:
+    """The short field worksheet as {field, value, source} rows."""
+    return [{"field": f["item"], "value": f["value"], "source": f["source"]}
+            for f in field_sheet(accounting(c, recipe, owner=owner))]

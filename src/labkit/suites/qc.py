@@ -4,12 +4,16 @@
 must agree token for token; any task whose output differs is listed with the position
 and logit gap of its first divergence. Sampled runs (seeded, temperature > 0) use the
 loop's distribution-preserving speculative sampling; the noise band is the spread of
-the off runs' suite scores, and the verdict is "within noise" or the regression in
-points.
+the off runs' suite scores. The verdict applies the chapter's tolerance ("within the
+suite's ±10 noise", ``tolerance_pts``) to every on run against that band, and says
+whether the on median also sits inside the measured band. A paired test over tasks
+(exact McNemar on the discordant task pairs, and a bootstrap over tasks of the score
+difference) says whether on and off differ task by task, not only in total.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 import numpy as np
@@ -18,6 +22,7 @@ import pandas as pd
 from labkit.analysis.lossless import divergence_report
 from labkit.analysis.stats import summarize
 from labkit.decoding.loop import run, tokens_of
+from labkit.measure import arms
 from labkit.suites import toolsuite
 
 
@@ -73,57 +78,154 @@ def greedy_divergences(engine, off: dict, on: dict) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["task", "index", "plain_gap", "near_tie", "correct_off", "correct_on"])
 
 
-def verdict(off_scores: list[float], on_scores: list[float]) -> dict:
-    """Within the off runs' noise band, or the regression in points (percentage points)."""
+DEFAULT_TOLERANCE_PTS = 10.0  # the chapter's "within the suite's ±10 noise", in percentage points
+BOOTSTRAP_SAMPLES = 2000
+
+
+def verdict(off_scores: list[float], on_scores: list[float], *,
+            tolerance_pts: float = DEFAULT_TOLERANCE_PTS) -> dict:
+    """Every on run within ``tolerance_pts`` points below the off runs' band, or the regression.
+
+    Scores are fractions; points are percentage points. ``within_band`` says whether the
+    on median also lies inside the measured min-max band of the off runs.
+    """
     lo, hi = min(off_scores), max(off_scores)
-    med = float(np.median(on_scores))
-    if med >= lo:
-        text = f"within noise: on {med:.1%} vs off band {lo:.1%}-{hi:.1%}"
-        regression = 0.0
+    med, worst = float(np.median(on_scores)), min(on_scores)
+    regression = max(0.0, 100 * (lo - med))  # the median's distance below the band
+    worst_below = max(0.0, 100 * (lo - worst))
+    within_tol = worst_below <= tolerance_pts + 1e-9  # 0.50 - 0.40 is 9.999… points in floats
+    on_text = (f"on {worst:.1%}" if len(on_scores) == 1 else
+               f"on {worst:.1%}-{max(on_scores):.1%} (median {med:.1%})")
+    band = f"off band {lo:.1%}-{hi:.1%}"
+    if within_tol:
+        text = (f"within ±{tolerance_pts:g}: {on_text} vs {band}; "
+                + ("median inside the measured band" if med >= lo else
+                   f"median {regression:.1f} points below the measured band"))
     else:
-        regression = 100 * (lo - med)
-        text = f"regression: on {med:.1%} is {regression:.1f} points below the off band {lo:.1%}-{hi:.1%}"
-    return {"verdict": text, "within_noise": med >= lo, "regression_points": regression,
-            "off_band": [lo, hi], "on_median": med, "on_range": [min(on_scores), max(on_scores)]}
+        text = (f"regression: {on_text} vs {band}; worst run {worst_below:.1f} points below the band "
+                f"(median {regression:.1f}), beyond ±{tolerance_pts:g}")
+    return {"verdict": text, "within_noise": within_tol, "within_band": med >= lo,
+            "regression_points": regression, "worst_points_below": worst_below, "tolerance_pts": tolerance_pts,
+            "off_band": [lo, hi], "on_median": med, "on_range": [worst, max(on_scores)]}
+
+
+def paired_test(off: pd.DataFrame, on: pd.DataFrame, *, n_boot: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> dict:
+    """On vs off task by task: frames with columns task, run, correct, paired on (task, run).
+
+    ``lost``/``gained``: pairs correct off but not on / on but not off. ``mcnemar_p``: the
+    exact McNemar test (two-sided binomial test of lost against lost + gained at 1/2).
+    ``diff_pts`` (on minus off, points) with a percentile bootstrap CI resampling tasks,
+    each task's difference averaged over its runs first (runs of one task are not independent).
+    """
+    from scipy.stats import binomtest
+
+    m = off[["task", "run", "correct"]].merge(on[["task", "run", "correct"]], on=["task", "run"],
+                                             suffixes=("_off", "_on"))
+    if m.empty:
+        raise ValueError("no (task, run) pairs in common")
+    a, b = m["correct_off"].astype(bool), m["correct_on"].astype(bool)
+    lost, gained = int((a & ~b).sum()), int((~a & b).sum())
+    p = float(binomtest(lost, lost + gained, 0.5).pvalue) if lost + gained else 1.0
+    per_task = (b.astype(float) - a.astype(float)).groupby(m["task"]).mean().to_numpy()
+    rng = np.random.default_rng(seed)
+    boot = per_task[rng.integers(0, len(per_task), (n_boot, len(per_task)))].mean(axis=1)
+    return {"pairs": len(m), "tasks": len(per_task), "lost": lost, "gained": gained, "mcnemar_p": p,
+            "diff_pts": 100 * float(per_task.mean()), "ci_low_pts": 100 * float(np.percentile(boot, 2.5)),
+            "ci_high_pts": 100 * float(np.percentile(boot, 97.5)), "n_boot": n_boot}
+
+
+def task_pairs(off: pd.DataFrame, on: pd.DataFrame) -> pd.DataFrame:
+    """Per task and run: the output, correctness and error with speculation off and on."""
+    cols = ["task", "run", "category", "correct", "error", "output"]
+    m = off[cols].merge(on[cols].drop(columns="category"), on=["task", "run"], suffixes=("_off", "_on"))
+    m["same_output"] = m["output_off"] == m["output_on"]
+    return m
 
 
 def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature: float = 0.7, seed: int = 0,
-            progress: Callable | None = None) -> dict:
-    """Speculation off vs on for each drafter: greedy once each (deterministic), sampled ``runs`` times."""
+            tolerance_pts: float = DEFAULT_TOLERANCE_PTS, progress: Callable | None = None,
+            on_arm: Callable | None = None, skip: dict | None = None) -> dict:
+    """Speculation off vs on for each drafter: greedy once each (deterministic), sampled ``runs`` times.
+
+    Besides the scores: ``task_pairs`` (every task's output off vs on, per drafter,
+    temperature and run) and ``paired`` (the paired test per drafter and temperature).
+    One arm is one block (the whole task set, one spec setting, drafter, temperature and
+    run), keyed ``taskset~T~off|on~drafter~round~k``; ``on_arm`` and ``skip`` journal and
+    resume blocks (see ``measure.arms``), each with its per-task rows and step records.
+    """
     say = progress or (lambda _m: None)
-    say("tool suite: greedy, speculation off")
-    off = run_suite(engine, tasks, seed=seed)
+    taskset = "ts" + hashlib.sha256(",".join(t.id for t in tasks).encode()).hexdigest()[:8]
+    blocks = ([(0.0, None, 0)] + [(0.0, n, 0) for n in drafters] + [(temperature, None, r) for r in range(runs)]
+              + [(temperature, n, r) for n in drafters for r in range(runs)])
+
+    def block_key(temp, name, r):
+        return arms.key(taskset, f"T{temp:g}", "on" if name else "off", name or "none", f"r{r}", f"k{k if name else 0}")
+
+    arms.plan(on_arm, [block_key(*b) for b in blocks])
+
+    def block(temp, name, r):
+        """The suite run of one block and its scores-table row (measured, or restored)."""
+        bkey = block_key(temp, name, r)
+        got = arms.restored(skip, bkey)
+        if got is not None:
+            row, recs = got
+            res = {"summary": row.pop("_summary"), "rows": pd.DataFrame(row.pop("_tasks")), "records": recs,
+                   "prompts": {t.id: engine.tokenize(toolsuite.build_prompt(t)) for t in tasks}}
+            return res, row
+        spec = f"speculation on ({name}, k={k})" if name else "speculation off"
+        say(f"tool suite: greedy, {spec}" if temp == 0 else f"tool suite: T={temp}, {spec}, run {r + 1}/{runs}")
+        res = run_suite(engine, tasks, drafter=drafters[name] if name else None, k=k if name else 0,
+                        temperature=temp, seed=seed if temp == 0 else seed + 1000 * (r + 1))
+        row = {"spec": "on" if name else "off", "drafter": name or "none", "temperature": temp, "run": r,
+               "score": res["summary"]["score"]}
+        if name and temp == 0:
+            acc = res["rows"]["acceptance"]
+            row["acceptance"] = float(acc.dropna().median()) if acc.notna().any() else None
+        row.update(_cats(res))
+        row["decode_tok_s"] = float(res["rows"]["decode_tok_s"].median())
+        arm_row = {**row, "_tasks": res["rows"].to_dict("records"), "_summary": res["summary"]}
+        arms.finished(on_arm, bkey, arm_row, res["records"])
+        row.update({c: v for c, v in arm_row.items() if c not in row and not c.startswith("_")})
+        return res, row
+
     table, divs, verdicts = [], [], {}
-    table.append({"spec": "off", "drafter": "none", "temperature": 0.0, "run": 0,
-                  "score": off["summary"]["score"], **_cats(off)})
-    for name, d in drafters.items():
-        say(f"tool suite: greedy, speculation on ({name}, k={k})")
-        on = run_suite(engine, tasks, drafter=d, k=k, seed=seed)
-        table.append({"spec": "on", "drafter": name, "temperature": 0.0, "run": 0,
-                      "score": on["summary"]["score"], "acceptance": float(on["rows"]["acceptance"].dropna().median())
-                      if on["rows"]["acceptance"].notna().any() else None, **_cats(on)})
+    off, row = block(0.0, None, 0)
+    table.append(row)
+    per_run: dict = {("none", "greedy"): [off["rows"].assign(run=0)]}
+    for name in drafters:
+        on, row = block(0.0, name, 0)
+        table.append(row)
+        per_run[(name, "greedy")] = [on["rows"].assign(run=0)]
         dv = greedy_divergences(engine, off, on)
         dv.insert(0, "drafter", name)
         divs.append(dv)
     sampled_off = []
     for r in range(runs):
-        say(f"tool suite: T={temperature}, speculation off, run {r + 1}/{runs}")
-        res = run_suite(engine, tasks, temperature=temperature, seed=seed + 1000 * (r + 1))
+        res, row = block(temperature, None, r)
         sampled_off.append(res["summary"]["score"])
-        table.append({"spec": "off", "drafter": "none", "temperature": temperature, "run": r,
-                      "score": res["summary"]["score"], **_cats(res)})
-    for name, d in drafters.items():
+        table.append(row)
+        per_run.setdefault(("none", "sampled"), []).append(res["rows"].assign(run=r))
+    for name in drafters:
         on_scores = []
         for r in range(runs):
-            say(f"tool suite: T={temperature}, speculation on ({name}), run {r + 1}/{runs}")
-            res = run_suite(engine, tasks, drafter=d, k=k, temperature=temperature, seed=seed + 1000 * (r + 1))
+            res, row = block(temperature, name, r)
             on_scores.append(res["summary"]["score"])
-            table.append({"spec": "on", "drafter": name, "temperature": temperature, "run": r,
-                          "score": res["summary"]["score"], **_cats(res)})
-        verdicts[name] = verdict(sampled_off, on_scores)
+            table.append(row)
+            per_run.setdefault((name, "sampled"), []).append(res["rows"].assign(run=r))
+        verdicts[name] = verdict(sampled_off, on_scores, tolerance_pts=tolerance_pts)
+    pairs, paired = [], []
+    for name in drafters:
+        for mode, temp in (("greedy", 0.0), ("sampled", temperature))[: 2 if runs else 1]:
+            o = pd.concat(per_run[("none", mode)], ignore_index=True)
+            n = pd.concat(per_run[(name, mode)], ignore_index=True)
+            pairs.append(task_pairs(o, n).assign(drafter=name, k=k, mode=mode, temperature=temp))
+            paired.append({"drafter": name, "k": k, "mode": mode, "temperature": temp,
+                           **paired_test(o, n, seed=seed)})
     return {"scores": pd.DataFrame(table), "divergences": pd.concat(divs, ignore_index=True) if divs else
             pd.DataFrame(), "verdicts": verdicts, "greedy_off": off["summary"], "k": k,
-            "temperature": temperature, "runs": runs, "tasks": len(tasks)}
+            "temperature": temperature, "runs": runs, "tasks": len(tasks), "tolerance_pts": tolerance_pts,
+            "task_pairs": pd.concat(pairs, ignore_index=True) if pairs else pd.DataFrame(),
+            "paired": pd.DataFrame(paired)}
 
 
 def _cats(res: dict) -> dict:
@@ -138,23 +240,34 @@ def verdict_table(res: dict) -> pd.DataFrame:
     for name, v in res["verdicts"].items():
         on_g = float(s[(s["drafter"] == name) & (s["temperature"] == 0)]["score"].iloc[0])
         ndiv = int((res["divergences"]["drafter"] == name).sum()) if not res["divergences"].empty else 0
+        pt = res.get("paired")
+        sampled = (pt[(pt["drafter"] == name) & (pt["mode"] == "sampled")]
+                   if pt is not None and not pt.empty else pd.DataFrame())
         rows.append({"drafter": name, "k": res["k"], "greedy_off": off_g, "greedy_on": on_g,
                      "greedy_tasks_differing": ndiv, "sampled_T": res["temperature"],
                      "off_band_low": v["off_band"][0], "off_band_high": v["off_band"][1],
-                     "on_median": v["on_median"], "verdict": v["verdict"]})
+                     "on_median": v["on_median"], "on_low": v["on_range"][0], "on_high": v["on_range"][1],
+                     "tolerance_pts": v.get("tolerance_pts"), "within_tolerance": v["within_noise"],
+                     "mcnemar_p": float(sampled["mcnemar_p"].iloc[0]) if len(sampled) else None,
+                     "verdict": v["verdict"]})
     return pd.DataFrame(rows)
 
 
 def metrics(res: dict) -> dict[str, tuple[float, float | None, float | None]]:
     """name -> (value, low, high) for logging: greedy scores and the sampled bands."""
     s = res["scores"]
-    out = {"toolsuite.greedy.off": (float(s[(s["spec"] == "off") & (s["temperature"] == 0)]["score"].iloc[0]),
+    out = {"toolsuite/greedy.off": (float(s[(s["spec"] == "off") & (s["temperature"] == 0)]["score"].iloc[0]),
                                     None, None)}
     off = s[(s["spec"] == "off") & (s["temperature"] > 0)]["score"]
     if len(off):
-        out["toolsuite.sampled.off"] = (float(off.median()), float(off.min()), float(off.max()))
+        out["toolsuite/sampled.off"] = (float(off.median()), float(off.min()), float(off.max()))
     for name, v in res["verdicts"].items():
         g = s[(s["drafter"] == name) & (s["temperature"] == 0)]["score"]
-        out[f"toolsuite.greedy.on.{name}"] = (float(g.iloc[0]), None, None)
-        out[f"toolsuite.sampled.on.{name}"] = (v["on_median"], v["on_range"][0], v["on_range"][1])
+        out[f"toolsuite/greedy.on.{name}"] = (float(g.iloc[0]), None, None)
+        out[f"toolsuite/sampled.on.{name}"] = (v["on_median"], v["on_range"][0], v["on_range"][1])
+    pt = res.get("paired")
+    for r in ([] if pt is None or pt.empty else pt.itertuples()):
+        # the sampled runs' p-value is the headline (greedy pairs are identical when lossless)
+        if r.mode == "sampled" or f"toolsuite/mcnemar_p.{r.drafter}" not in out:
+            out[f"toolsuite/mcnemar_p.{r.drafter}"] = (r.mcnemar_p, None, None)
     return out

@@ -24,21 +24,13 @@ STOP = "\n"
 MAX_TOKENS = 120  # the longest expected call in the suite is about 75 tokens
 NULL_CALL = {"name": None}
 
-# The JSON Schema subset the validator implements; load_tasks refuses anything else so a
-# schema never silently means more than the scorer checks.
+# The JSON Schema keywords a tool's parameters may use; load_tasks refuses anything else
+# so a schema never silently means more than the prompt shows the model. Validation
+# itself is jsonschema's (Draft 2020-12): bool is not an integer (True is not in enum
+# [1]) and a schema-valued additionalProperties is applied to the extra keys.
 SCHEMA_KEYWORDS = frozenset({"type", "properties", "required", "items", "enum",
                              "additionalProperties", "description", "default"})
-_TYPE_CHECKS = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    # JSON Schema counts 3.0 as an integer; bool is an int subclass in Python, not in JSON.
-    "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool))
-    or (isinstance(v, float) and v.is_integer()),
-}
+TYPES = ("object", "array", "string", "boolean", "null", "number", "integer")
 _TASK_KEYS = {"id", "category", "tools", "request", "expected", "note"}
 
 
@@ -146,35 +138,57 @@ def build_prompt(task: Task, *, examples: list[Task] | None = None) -> str:
 
 # --- schema validation --------------------------------------------------------------
 
+def _path(where: str, path) -> str:
+    return where + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+def _message(err, where: str) -> str:
+    """One jsonschema error in the suite's words: where it is, and what was expected."""
+    at = _path(where, err.absolute_path)
+    kind, want, got = err.validator, err.validator_value, err.instance
+    if kind == "type":
+        types = [want] if isinstance(want, str) else list(want)
+        return f"{at}: expected {'/'.join(types)}, got {type(got).__name__}"
+    if kind == "enum":
+        return f"{at}: {got!r} is not one of {want}"
+    if kind == "required":
+        return f"{at}: missing required {', '.join(k for k in want if k not in got)}"
+    if kind == "additionalProperties" and want is False:
+        extra = [k for k in got if k not in err.schema.get("properties", {})]
+        return f"{at}: unexpected property {extra[0]!r}"
+    return f"{at}: {err.message}"
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_json: str):
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(json.loads(schema_json))
+
+
 def validate(value: object, schema: dict, *, where: str = "arguments") -> str | None:
-    """The first way ``value`` breaks ``schema`` (the ``SCHEMA_KEYWORDS`` subset), else None."""
-    types = schema.get("type")
-    types = [types] if isinstance(types, str) else types
-    if types and not any(_TYPE_CHECKS[t](value) for t in types):
-        return f"{where}: expected {'/'.join(types)}, got {type(value).__name__}"
-    if "enum" in schema and value not in schema["enum"]:
-        return f"{where}: {value!r} is not one of {schema['enum']}"
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        missing = [k for k in schema.get("required", []) if k not in value]
-        if missing:
-            return f"{where}: missing required {', '.join(missing)}"
-        for key, item in value.items():
-            if key not in props and schema.get("additionalProperties", True) is False:
-                return f"{where}: unexpected property {key!r}"
-            err = validate(item, props[key], where=f"{where}.{key}") if key in props else None
-            if err:
-                return err
-    if isinstance(value, list) and "items" in schema:
-        for i, item in enumerate(value):
-            err = validate(item, schema["items"], where=f"{where}[{i}]")
-            if err:
-                return err
-    return None
+    """The most relevant way ``value`` breaks ``schema`` (jsonschema, Draft 2020-12), else None."""
+    from jsonschema.exceptions import best_match
+
+    err = best_match(_validator(json.dumps(schema, sort_keys=True)).iter_errors(value))
+    return None if err is None else _message(err, where)
 
 
 def check_schema(schema: object, *, where: str) -> None:
-    """Raise LabkitError if ``schema`` uses anything the validator does not implement."""
+    """Raise LabkitError if ``schema`` is not a valid JSON Schema or uses a keyword outside
+    ``SCHEMA_KEYWORDS`` (at any depth, additionalProperties schemas included)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    _check_keywords(schema, where=where)
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as e:
+        raise LabkitError(f"{where}: not a valid JSON Schema: {e.message}",
+                          "fix the schema (JSON Schema Draft 2020-12)") from None
+
+
+def _check_keywords(schema: object, *, where: str) -> None:
     if not isinstance(schema, dict):
         raise LabkitError(f"{where}: a schema must be a JSON object")
     unknown = set(schema) - SCHEMA_KEYWORDS
@@ -183,12 +197,14 @@ def check_schema(schema: object, *, where: str) -> None:
                           f"use only {sorted(SCHEMA_KEYWORDS)}")
     types = schema.get("type", [])
     for t in [types] if isinstance(types, str) else types:
-        if t not in _TYPE_CHECKS:
-            raise LabkitError(f"{where}: unknown type {t!r}", f"use one of {list(_TYPE_CHECKS)}")
+        if t not in TYPES:
+            raise LabkitError(f"{where}: unknown type {t!r}", f"use one of {list(TYPES)}")
     for key, sub in schema.get("properties", {}).items():
-        check_schema(sub, where=f"{where}.{key}")
+        _check_keywords(sub, where=f"{where}.{key}")
     if "items" in schema:
-        check_schema(schema["items"], where=f"{where}[]")
+        _check_keywords(schema["items"], where=f"{where}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        _check_keywords(schema["additionalProperties"], where=f"{where}.*")
 
 
 # --- loading ------------------------------------------------------------------------

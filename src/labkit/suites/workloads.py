@@ -12,10 +12,16 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from labkit.errors import LabkitError
 from labkit.paths import data_dir
 
 WORKLOADS = ("edit", "prose_en", "prose_zh", "code", "tool_json")
+# SYNTHETIC: random token ids, for models without a tokenizer (the synthetic cost models);
+# they price the steps (cost is real), their acceptance means nothing
+SYNTHETIC_IDS = "synthetic_ids"
+SYNTHETIC_PROMPT_TOKENS = 48
 _REQUIRED = ("id", "prompt", "source")
 _OPTIONAL = ("note",)
 
@@ -29,6 +35,7 @@ class Prompt:
     text: str
     source: str
     note: str = ""
+    ids: tuple[int, ...] | None = None  # token ids to feed as they are (SYNTHETIC prompts); None: tokenize text
 
 
 def workload_path(name: str) -> Path:
@@ -40,7 +47,8 @@ def workload_path(name: str) -> Path:
 
 def _record(rec: object, *, workload: str, where: str) -> Prompt:
     if not isinstance(rec, dict):
-        raise LabkitError(f"{where}: expected a JSON object", "one object per line")
+        raise LabkitError(f"{where}: expected a JSON object",
+                          'one object per line: {"id": ..., "prompt": ..., "source": ...}')
     missing = [k for k in _REQUIRED if k not in rec]
     unknown = sorted(set(rec) - set(_REQUIRED) - set(_OPTIONAL))
     if missing or unknown:
@@ -50,9 +58,9 @@ def _record(rec: object, *, workload: str, where: str) -> Prompt:
         )
     for key in (*_REQUIRED, *_OPTIONAL):
         if key in rec and not isinstance(rec[key], str):
-            raise LabkitError(f"{where}: {key!r} must be a string")
+            raise LabkitError(f"{where}: {key!r} must be a string", f"quote the value of {key!r}")
     if not rec["prompt"].strip():
-        raise LabkitError(f"{where}: the prompt is empty")
+        raise LabkitError(f"{where}: the prompt is empty", "give the record a non-empty 'prompt'")
     return Prompt(id=rec["id"], workload=workload, text=rec["prompt"], source=rec["source"],
                   note=rec.get("note", ""))
 
@@ -70,13 +78,14 @@ def _read_jsonl(path: Path, *, workload: str, first_only: bool = False) -> list[
             raise LabkitError(f"{where}: not valid JSON ({e.msg})", "one JSON object per line") from e
         prompt = _record(rec, workload=workload, where=where)
         if prompt.id in seen:
-            raise LabkitError(f"{where}: duplicate prompt id {prompt.id!r}")
+            raise LabkitError(f"{where}: duplicate prompt id {prompt.id!r}", "give each record a distinct 'id'")
         seen.add(prompt.id)
         prompts.append(prompt)
         if first_only:
             break
     if not prompts:
-        raise LabkitError(f"{path} holds no prompts")
+        raise LabkitError(f"{path} holds no prompts",
+                          'add one JSON object per line: {"id": ..., "prompt": ..., "source": ...}')
     return prompts
 
 
@@ -84,7 +93,7 @@ def load_workload(name: str, *, limit: int | None = None) -> list[Prompt]:
     """The prompts of workload ``name`` in file order, the first ``limit`` if given."""
     path = workload_path(name)
     if limit is not None and limit < 1:
-        raise LabkitError(f"limit must be at least 1, got {limit}")
+        raise LabkitError(f"limit must be at least 1, got {limit}", "use a limit of 1 or more, or none for all")
     if not path.is_file():
         raise LabkitError(f"workload file not found: {path}", "check the checkout's data/ folder")
     return _read_jsonl(path, workload=name)[:limit]
@@ -95,16 +104,47 @@ def load_prompt_file(path: str | Path) -> Prompt:
     kept, since it changes what the model sees); a ``.jsonl`` gives its first record."""
     path = Path(path)
     if not path.is_file():
-        raise LabkitError(f"prompt file not found: {path}")
+        raise LabkitError(f"prompt file not found: {path}",
+                          "check the path given to --prompt-file (relative paths start from the current directory)")
     if path.suffix == ".txt":
         text = path.read_text(encoding="utf-8")
         if not text.strip():
-            raise LabkitError(f"{path}: the prompt file is empty")
+            raise LabkitError(f"{path}: the prompt file is empty",
+                              "write the prompt into it (the whole file, verbatim, is the prompt)")
         return Prompt(id=path.stem, workload="file", text=text, source=str(path))
     if path.suffix == ".jsonl":
         return _read_jsonl(path, workload="file", first_only=True)[0]
     raise LabkitError(f"unsupported prompt file {path.name!r}",
                       "use a .txt file (one prompt) or a .jsonl file (its first record is used)")
+
+
+def synthetic_prompts(n_vocab: int, *, n: int, seed: int = 0, length: int = SYNTHETIC_PROMPT_TOKENS) -> list[Prompt]:
+    """``n`` SYNTHETIC prompts of random token ids in [0, n_vocab), seeded: cost only."""
+    rng = np.random.default_rng(seed)
+    return [Prompt(id=f"{SYNTHETIC_IDS}-{i + 1:02d}", workload=SYNTHETIC_IDS, text="",
+                   source=f"SYNTHETIC: random token ids, seed {seed}", note="cost real, acceptance meaningless",
+                   ids=tuple(int(t) for t in rng.integers(0, n_vocab, length))) for i in range(n)]
+
+
+def prompts_for(engine, workloads: list[str], *, limit: int | None = None, seed: int = 0) -> list[Prompt]:
+    """The prompts of ``workloads`` for ``engine``: text workloads need a tokenizer;
+    ``synthetic_ids`` gives SYNTHETIC token-id prompts (a model without a tokenizer needs them)."""
+    has_tok = getattr(engine, "has_tokenizer", True)
+    out = []
+    for w in workloads:
+        if w == SYNTHETIC_IDS:
+            out += synthetic_prompts(engine.n_vocab, n=limit or 1, seed=seed)
+        elif not has_tok:
+            raise LabkitError(f"workload {w!r} is text, but the model has no tokenizer (a SYNTHETIC model)",
+                              f"use workloads: [{SYNTHETIC_IDS}] in the recipe for this model")
+        else:
+            out += load_workload(w, limit=limit)
+    return out
+
+
+def prompt_ids(engine, prompt: Prompt) -> list[int]:
+    """What the model is fed: the prompt's own ids (SYNTHETIC), else its text tokenized."""
+    return list(prompt.ids) if prompt.ids is not None else engine.tokenize(prompt.text)
 
 
 def all_workloads(*, limit: int | None = None) -> dict[str, list[Prompt]]:

@@ -1,0 +1,90 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · Concurrency re-bench: speculation at the concurrency you serve
+#
+# c streams decoded together, k = 0 (plain continuous batching) vs the sweep's best
+# n-gram k, at every c: labkit's multi-slot loop (one shared llama.cpp decode per step)
+# and llama.cpp's own `llama-server` (`-np c`, `--spec-type ngram-simple`, built from the
+# wheel's sources) on the same prompts. Arms are interleaved; aggregate and per-stream
+# tok/s, TTFT/TTLT, acceptance, the batch cost fit, the dip flag, and the verdict at the
+# recipe's `production_concurrency`.
+
+# %% tags=["parameters"]
+recipe = "default"
+concurrency = None  # c values; None: the recipe's (the production concurrency is always added)
+production_concurrency = None
+k = None  # None: 0 and the best n-gram k of the newest 02_k_sweep (a recipe listing <= 2 nonzero k: those)
+workload = "edit"
+prompts_per_workload = 4
+max_tokens = 48
+runs = 1
+
+# %%
+from labkit import lab as labkit_lab
+from labkit.analysis import batchcost, costmodel
+from labkit.analysis import concurrency as ctable
+from labkit.config import runtime
+from labkit.measure import concurrency as conc
+from labkit.measure import serve
+from labkit.provenance import tracking
+from labkit.report import rebench
+from labkit.suites.workloads import load_workload
+
+lab = labkit_lab.start(globals())
+R = lab.recipe
+cs = ctable.production_cs(R.concurrency, R.production_concurrency)
+spec = rebench.spec_ks(lab.client, R, workload)
+ks = [0, *spec["ks"]]
+lab.client.set_tag(lab.run_id, "concurrency.k_source", spec["source"])
+print(f"c = {cs}, k = {ks} ({spec['source']})")
+
+# %%
+ids = conc.tokenize(R, [p.text for p in load_workload(workload, limit=R.prompts_per_workload)])
+per_seq = conc.n_ctx_per_seq(ids, max_tokens=R.max_tokens, ks=ks, n_ctx=R.n_ctx)
+engine = lab.engine(n_seq_max=max(cs), n_ctx=per_seq)
+res = conc.bench_concurrency(engine, ids, cs=cs, ks=ks, make_drafter=conc.drafter_factory(R, engine, spec["drafter"]),
+                             drafter_name=spec["drafter"], runs=R.runs, max_tokens=R.max_tokens, seed=R.seed,
+                             interleave=R.interleave, progress=print)
+
+# %%
+built = serve.ensure_built(progress=print)
+tracking.log_json(lab.client, lab.run_id, built, "llama-server-build.json")
+lab.client.set_tag(lab.run_id, "llama_server.commit", built["llama_cpp_commit"])
+sres = serve.bench_serve(built["path"], str(runtime.resolve_model(R).path), ids, cs=cs, ks=ks, spec_type="ngram-simple",
+                         threads=R.threads or 2, n_ctx_per_slot=per_seq, runs=R.runs, max_tokens=R.max_tokens,
+                         seed=R.seed, interleave=R.interleave, progress=print)
+conc.server_lossless(engine, ids, res["reference"], sres)
+
+# %%
+df = lab.table("concurrency", ctable.table(res, sres), noise={"agg_tok_s": ["agg_tok_s_min", "agg_tok_s_max"],
+                                                               "key": ["engine", "c", "k"]})
+lab.figure("tok_s_vs_c", df, name="tok-s-vs-c", title=f"{workload}: throughput vs concurrency")
+dips = lab.table("concurrency-dips", ctable.dips(df))
+lab.client.set_tag(lab.run_id, "concurrency.non_monotonic", str(not dips.empty))
+
+# %%
+vm = batchcost.fit(res["batch_steps"])
+lab.table("batch-cost-fit", costmodel.fit_table(vm.fit).assign(H_ms=vm.H))
+lab.figure("verify_cost", batchcost.samples(res["batch_steps"]), name="batch-cost", fit=vm.fit.to_dict(),
+           H_ms=vm.H, title="verify(rows): the shared decode of c streams")
+pred = lab.table("batch-cost-predictions", batchcost.predict(res["rows"], vm))
+print(f"cost model misses > 10%: {int(pred['miss'].sum())} of {len(pred)} arms")
+
+# %%
+verdict = lab.table("concurrency-verdict", ctable.verdict(df, R.production_concurrency))
+lab.client.set_tag(lab.run_id, "concurrency.verdict", verdict["verdict"].iloc[0])
+print(verdict["verdict"].iloc[0])

@@ -1,0 +1,45 @@
+"""``labkit server build|info``: llama.cpp's own llama-server, built from the wheel's sources.
+
+build: download the llama-cpp-python sdist of the installed version, build
+       ``llama-server`` from its vendored llama.cpp with the wheel's CMake flags, and
+       cache it per machine (~/.cache/labkit/llama-server-<key>/, with a build.json
+       naming the commit and flags). Several minutes on 2 cores, once; a cached build
+       is reused unless --force.
+info:  the cached build for this machine, or how to make it (exit 1 if there is none).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from labkit.artifacts import server_build
+from labkit.commands import emit, progress
+from labkit.errors import LabkitError
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit server", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    b = sub.add_parser("build", help="build (or find cached) llama-server for this machine")
+    b.add_argument("--force", action="store_true", help="rebuild even if a cached build exists")
+    b.add_argument("--jobs", type=int, default=2, help="parallel compile jobs (default 2)")
+    sub.add_parser("info", help="the cached build, if any")
+    return p
+
+
+def main(argv=None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    if args.what == "build":
+        if args.jobs < 1:
+            raise LabkitError(f"--jobs {args.jobs}", "use --jobs >= 1")
+        emit(server_build.build(force=args.force, jobs=args.jobs, progress=progress))
+        return 0
+    info = server_build.find()
+    if info is None:
+        progress(f"no llama-server build for this machine in {server_build.build_dir()}; "
+                 "run `labkit server build`")
+        emit({"built": False, "dir": str(server_build.build_dir())})
+        return 1
+    emit({"built": True, **info})
+    return 0

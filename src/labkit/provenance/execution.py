@@ -1,0 +1,102 @@
+"""How ``labkit reproduce`` executes one notebook: papermill with limits and progress.
+
+Papermill's own engine runs every cell with one timeout (none by default: one hung
+decode blocked a nightly job forever) and says nothing while a 40-minute notebook
+runs. This engine, registered with papermill as ``labkit``, adds:
+
+* a per-cell limit (the recipe's ``cell_timeout_s``) and a whole-run deadline, both
+  enforced by nbclient's own per-cell timeout (``timeout_func``: each cell gets the
+  smaller of its limit and the time left), so a timeout raises ``CellTimeoutError``
+  through papermill's normal path and nbclient shuts the kernel down as usual;
+* progress on stderr: ``cell i/n`` as each code cell finishes, and every line the
+  notebook prints (the k sweep's arm counter, for one) prefixed with the notebook's
+  name. stdout stays for the command's JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from collections.abc import Callable
+
+ENGINE = "labkit"
+
+
+class Limits:
+    """The per-cell limit and the absolute deadline (``time.monotonic``) of a reproduction."""
+
+    def __init__(self, cell_s: float | None = None, deadline: float | None = None):
+        self.cell_s = cell_s
+        self.deadline = deadline
+
+    def for_cell(self) -> float | None:
+        """Seconds this cell may take (nbclient treats None as no limit; never return <= 0,
+        which it would also read as none)."""
+        left = None if self.deadline is None else max(0.01, self.deadline - time.monotonic())
+        if self.cell_s is None:
+            return left
+        return self.cell_s if left is None else min(self.cell_s, left)
+
+    def deadline_passed(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline - 0.05
+
+
+class _Lines:
+    """A file-like sink that writes whole lines to stderr, each prefixed with the notebook."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.buf = ""
+
+    def write(self, text: str) -> None:
+        self.buf += text.replace("\r", "\n")
+        *lines, self.buf = self.buf.split("\n")
+        for line in lines:
+            if line.strip():
+                print(f"  {self.prefix}| {line}", file=sys.stderr, flush=True)
+
+    def flush(self) -> None:
+        pass
+
+
+@functools.cache
+def register() -> str:
+    """Register the engine with papermill (imported here: papermill is slow to import)."""
+    from papermill.clientwrap import PapermillNotebookClient
+    from papermill.engines import NBClientEngine, papermill_engines
+
+    class _Client(PapermillNotebookClient):
+        """Papermill's client, reporting each finished code cell."""
+
+        labkit_progress: Callable | None = None
+        labkit_name: str = ""
+
+        def execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+            t0 = time.perf_counter()
+            try:
+                return super().execute_cell(cell, cell_index, execution_count, store_history)
+            finally:
+                if cell.cell_type == "code" and self.labkit_progress:
+                    code = [i for i, c in enumerate(self.nb.cells) if c.cell_type == "code"]
+                    self.labkit_progress(f"{self.labkit_name}: cell {code.index(cell_index) + 1}/{len(code)} "
+                                         f"done ({time.perf_counter() - t0:.1f} s)")
+
+    class LabkitEngine(NBClientEngine):
+        """Papermill's nbclient engine with ``limits`` and ``progress`` (see the module doc)."""
+
+        @classmethod
+        def execute_managed_notebook(cls, nb_man, kernel_name, *, limits: Limits | None = None,
+                                     progress: Callable | None = None, name: str = "", start_timeout=60,
+                                     **_papermill_kwargs):
+            from papermill.log import logger
+
+            limits = limits or Limits()
+            out, err = (_Lines(name), _Lines(name)) if progress else (None, None)
+            client = _Client(nb_man, kernel_name=kernel_name, startup_timeout=start_timeout, log=logger,
+                             timeout_func=lambda cell: limits.for_cell(), stdout_file=out, stderr_file=err)
+            client.labkit_progress, client.labkit_name = progress, name
+            return client.execute()
+
+    papermill_engines.register(ENGINE, LabkitEngine)
+    return ENGINE

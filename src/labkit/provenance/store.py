@@ -1,0 +1,104 @@
+"""The tracking store's plumbing: what kind of store a URI names, whether it answers,
+and a SQLite file that several processes can write at once.
+
+A SQLite store is one file on one machine; ``labkit reproduce`` (its papermill kernel
+writes too), a second reproduction and a JupyterLab notebook may all write it together.
+MLflow already sets a 20 s busy timeout per session; what it leaves open is two processes
+creating the tables of a new file at once, and the rollback journal, in which a reader
+holds off the writer. Both are closed here, once per process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from labkit.errors import LabkitError
+
+
+def store_kind(uri: str | None = None) -> str:
+    """``sqlite`` (a file on this machine), ``http`` (an ``mlflow server``), ``database``
+    (PostgreSQL/MySQL/MSSQL spoken to directly) or ``file`` (MLflow's folder store)."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else "file"
+    if scheme == "sqlite":
+        return "sqlite"
+    if scheme in ("http", "https", "databricks"):
+        return "http"
+    if scheme in ("postgresql", "postgres", "mysql", "mssql"):
+        return "database"
+    return "file"
+
+
+def redact(uri: str) -> str:
+    """A URI fit for a message: any password replaced by ***."""
+    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", uri)
+
+
+def probe(c, *, retries: int = 1, timeout: int = 10) -> Exception | None:
+    """One quick question to the store; the exception when it does not answer, else None.
+
+    The short retry/timeout apply to this call only (MLflow reads them per request): a
+    long run keeps MLflow's own retries, so a server restart does not fail it."""
+    saved = {k: os.environ.get(k) for k in _PROBE_ENV}
+    os.environ.update({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries), "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout)})
+    try:
+        c.search_experiments(max_results=1)
+        return None
+    except Exception as e:  # mlflow raises several types for an unreachable server
+        return e
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+_PROBE_ENV = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")
+
+
+def sqlite_client(uri: str):
+    """A client on a SQLite file that several processes may write at once.
+
+    Under a lock file: the first opener creates MLflow's tables (two processes creating
+    them at once collide) and switches the file to WAL, which persists in the file:
+    readers no longer block the writer, and MLflow's 20 s busy timeout covers writers.
+    """
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    path = Path(uri[len("sqlite:///"):])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(path.with_name(path.name + ".lock")):
+        con = sqlite3.connect(path, timeout=30)
+        try:
+            if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                con.execute("PRAGMA journal_mode=WAL")
+        finally:
+            con.close()
+        c = MlflowClient(tracking_uri=uri)
+        err = probe(c)
+    if err is not None:
+        raise LabkitError(f"the SQLite tracking store {path} cannot be opened ({type(err).__name__}: {str(err)[:200]})",
+                          "check the file's permissions and free disk space, or point MLFLOW_TRACKING_URI elsewhere")
+    return c
+
+
+class _file_lock:
+    """An exclusive advisory lock on a file (a no-op where fcntl does not exist)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.f = open(self.path, "a")
+        try:
+            import fcntl
+
+            fcntl.flock(self.f, fcntl.LOCK_EX)
+        except ImportError:
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()  # closing releases the lock

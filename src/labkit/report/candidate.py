@@ -1,0 +1,60 @@
+"""The candidate: the one (drafter, n_max) that the tool suite and the worksheets judge.
+
+In order: an explicit ``toolsuite_k`` override (``-p toolsuite_k=…``); the recipe's
+``n_max`` (and ``n_max_drafter``), which ``labkit advise --write`` puts there from the
+evidence; the stepwise protocol's winner from the newest sweep (its ``protocol.winner``
+tag); the best global default of the newest sweep
+(the k with the best geometric-mean speedup over the workloads, greedy). With no sweep
+at all, the recipe's ``toolsuite_k``. The answer always says which rule chose it and
+which run (or file) backs it.
+"""
+
+from __future__ import annotations
+
+from labkit.report import evidence
+
+
+def candidate(c, recipe, sweep: evidence.Sweep | None = None) -> dict:
+    """{"drafter", "k", "how", "source"} for ``recipe``; ``sweep`` saves a second lookup."""
+    first = recipe.drafters[0] if recipe.drafters else "ngram"
+    if "toolsuite_k" in recipe.origins:
+        return _with_why({"drafter": first, "k": int(recipe.toolsuite_k),
+                          "how": f"toolsuite_k set by {recipe.origins['toolsuite_k']}", "source": None})
+    n_max = getattr(recipe, "n_max", None)
+    if n_max is not None:
+        d = getattr(recipe, "n_max_drafter", None) or first
+        return _with_why({"drafter": d, "k": int(n_max), "how": f"the recipe's n_max = {n_max} ({d})",
+                          "source": f"recipe n_max ({recipe.source or recipe.name})"})
+    sw = sweep if sweep is not None else evidence.sweep(c, recipe)
+    if sw.winner and sw.winner.get("k") is not None:
+        src = sw.winner.get("source") or sw.id
+        return _with_why({"drafter": sw.winner.get("drafter") or first, "k": int(sw.winner["k"]),
+                          "how": f"the stepwise protocol's winner [{src}]", "source": src})
+    if sw.cells is not None:
+        best = best_default(sw.cells)
+        if best is not None:
+            return _with_why({**best, "how": "the best global default of the newest sweep (geometric mean over "
+                                             "workloads)", "source": sw.id})
+    return _with_why({"drafter": first, "k": int(recipe.toolsuite_k),
+                      "how": f"the recipe's toolsuite_k ({sw.why or 'the sweep has no speculative cells'})",
+                      "source": None})
+
+
+def _with_why(c: dict) -> dict:
+    return {**c, "why": c["how"]}  # notebooks print "why"; worksheets cite "how"
+
+
+def best_default(cells) -> dict | None:
+    """The greedy (drafter, k) with the best geometric-mean speedup, winning or not."""
+    from labkit.analysis.sweep_tables import geomean_by_k
+
+    spec = cells[(cells["temperature"] == 0) & (cells["k"] > 0)]
+    if spec.empty:
+        return None
+    best = None
+    for d, g in spec.groupby("drafter"):
+        gm = geomean_by_k(g)
+        k = int(gm.idxmax())
+        if best is None or gm.max() > best["geomean_speedup"]:
+            best = {"drafter": d, "k": k, "geomean_speedup": float(gm.max())}
+    return best

@@ -1,0 +1,155 @@
+"""The worksheet's arithmetic and its decision words, on logged tables (no store access).
+
+Words follow the chapter. For speculation: **keep** (the candidate n_max wins and is
+not at the edge of what was tried), **widen** (it wins at the largest n_max tried: try
+longer drafts), **narrow** (shorten drafts: a shorter n_max wins where the candidate
+loses, or the configured n_max is longer than the winner), **disable** (nothing beats
+plain decoding). For the candidate itself: **keep** or **reject** (it must win end to
+end, keep greedy output identical, and keep the tool suite within its tolerance).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def _warm(rows: pd.DataFrame, drafter: str | None, k: int, temperature: float = 0.0) -> pd.DataFrame:
+    r = rows[(~rows["cold"].astype(bool)) & (rows["temperature"] == temperature) & (rows["k"] == k)]
+    return r if k == 0 else r[r["drafter"] == drafter]
+
+
+def run_tok_s(rows: pd.DataFrame, drafter: str | None, k: int) -> dict | None:
+    """Warm greedy decode tok/s per run (tokens and time pooled over the prompts of one run
+    index), as median and range over the runs."""
+    r = _warm(rows, drafter, k)
+    if r.empty:
+        return None
+    per = r.groupby("run").apply(lambda g: 1e3 * g["decode_tokens"].sum() / g["decode_ms"].sum(),
+                                 include_groups=False)
+    return {"median": float(per.median()), "min": float(per.min()), "max": float(per.max()), "runs": len(per)}
+
+
+def paired_ratio(rows: pd.DataFrame, drafter: str, k: int, col: str) -> dict | None:
+    """Median and range of spec/plain ``col`` over runs paired by (prompt, run)."""
+    spec, plain = _warm(rows, drafter, k), _warm(rows, None, 0)
+    m = spec.merge(plain, on=["prompt", "run"], suffixes=("", "_plain"))
+    ratio = (m[col] / m[f"{col}_plain"]).dropna()
+    if ratio.empty:
+        return None
+    return {"median": float(ratio.median()), "min": float(ratio.min()), "max": float(ratio.max()), "pairs": len(ratio)}
+
+
+def accept_length(rows: pd.DataFrame, drafter: str, k: int) -> dict | None:
+    r = _warm(rows, drafter, k)
+    if r.empty or not r["steps"].sum():
+        return None
+    spec = r["spec_steps"].sum()
+    return {"tokens_per_step": float(r["decode_tokens"].sum() / r["steps"].sum()),
+            "mean_accepted": float(r["accepted"].sum() / spec) if spec else None,
+            "acceptance": float(r["accepted"].sum() / r["drafted"].sum()) if r["drafted"].sum() else None}
+
+
+def _first_token(r: pd.DataFrame) -> float | None:
+    reach = sum(int(x[0]) for x in r["drafts_reaching_pos"] if x is not None and len(x))
+    return sum(int(x[0]) for x in r["acc_pos"] if x is not None and len(x)) / reach if reach else None
+
+
+def _pct(x) -> str:
+    return "-" if x is None or pd.isna(x) else f"{x:.0%}"
+
+
+def steps_text(steps: pd.DataFrame | None, rows: pd.DataFrame | None, drafter: str, stopped: str | None) -> str:
+    """Every n_max tried with its acceptance, and where (and why) the protocol stopped."""
+    if steps is not None and not steps.empty:
+        parts = []
+        for s in steps.sort_values(["drafter", "k"]).itertuples():
+            verdict = "pass" if bool(s.passed) else f"stop: {s.stop_reason}" if s.stop_reason else "fail"
+            parts.append(f"{s.drafter} n_max={s.k}: acceptance {_pct(s.acceptance)} (first token "
+                         f"{_pct(s.first_token_acceptance)}), end-to-end {s.e2e_speedup:.2f}× ({verdict})")
+        return "; ".join(parts) + f". Stopped: {stopped or 'no protocol.stopped tag'}"
+    if rows is None:
+        return ""
+    parts = []
+    for k in sorted(int(x) for x in rows["k"].unique() if x > 0):
+        r = _warm(rows, drafter, k)
+        if r.empty:
+            continue
+        acc = r["accepted"].sum() / r["drafted"].sum() if r["drafted"].sum() else None
+        parts.append(f"n_max={k}: {_pct(acc)} (first token {_pct(_first_token(r))})")
+    return (f"{drafter} " + ", ".join(parts) + ". Full grid, no stepwise stop (no protocol-steps table)"
+            if parts else "")
+
+
+def candidate_verdict(*, e2e: dict | None, decode: float | None, tool_ok: bool | None,
+                      lossless: bool | None, concurrency: bool | None = None) -> tuple[str, list[str]]:
+    """keep or reject, with every reason (a missing input makes a keep provisional)."""
+    why, provisional = [], []
+    gain = e2e["median"] if e2e else decode
+    if gain is None:
+        provisional.append("no speedup measured")
+    elif gain <= 1.0:
+        why.append(f"{'end-to-end' if e2e else 'decode'} speedup {gain:.2f}× does not beat plain")
+    if tool_ok is False:
+        why.append("the tool suite falls outside its tolerance")
+    elif tool_ok is None:
+        provisional.append("no tool-suite run at the candidate")
+    if lossless is False:
+        why.append("greedy output differs from plain decoding")
+    if concurrency is False:
+        provisional.append("production concurrency not re-benched")
+    if why:
+        return "reject", why
+    return "keep", ([f"provisional: {'; '.join(provisional)}"] if provisional else [])
+
+
+def speculation_words(cells: pd.DataFrame, cand: dict, *, steps: pd.DataFrame | None = None,
+                      stopped: str | None = None, configured: int | None = None) -> dict:
+    """keep / widen / narrow (shorten drafts) / disable for the candidate's drafter (greedy)."""
+    g = cells[(cells["temperature"] == 0) & (cells["drafter"] == cand["drafter"]) & (cells["k"] > 0)]
+    if g.empty:
+        return {"word": "disable", "text": f"disable: no speculative cell for {cand['drafter']}"}
+    gm = g.groupby("k")["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
+    k = cand["k"] if cand["k"] in gm.index else int(gm.idxmax())
+    if gm.max() <= 1.0:
+        return {"word": "disable", "text": f"disable: no n_max of {cand['drafter']} beats plain decoding "
+                                           f"(best {gm.max():.2f}× at n_max={int(gm.idxmax())})"}
+    at_k = g[g["k"] == k].set_index("workload")["speedup"]
+    losers = sorted(at_k[at_k <= 1].index)
+    shorter = {w: int(g[(g["workload"] == w) & (g["k"] < k)].set_index("k")["speedup"].idxmax())
+               for w in losers if (g[(g["workload"] == w) & (g["k"] < k)]["speedup"] > 1).any()}
+    tried = int(steps["k"].max()) if steps is not None and not steps.empty else int(g["k"].max())
+    if configured is not None and configured > k:
+        return {"word": "narrow", "text": f"narrow (shorten drafts): the configured n_max={configured} is longer "
+                                          f"than the winner n_max={k}"}
+    if shorter:
+        return {"word": "narrow", "text": "narrow (shorten drafts): " + ", ".join(
+            f"{w} wins at n_max={s} but loses at {k}" for w, s in shorter.items())
+            + (f"; disable for {', '.join(w for w in losers if w not in shorter)}"
+               if len(shorter) < len(losers) else "")}
+    if k >= tried and not (stopped and "loss" in stopped.lower()):
+        return {"word": "widen", "text": f"widen: n_max={k} is the longest tried and still wins "
+                                         f"({gm[k]:.2f}×); measure longer drafts"}
+    text = f"keep: {cand['drafter']} n_max={k} ({gm[k]:.2f}× geometric mean over workloads)"
+    if losers:
+        text += f"; it loses on {', '.join(losers)} at every n_max (rely on the gate there)"
+    return {"word": "keep", "text": text}
+
+
+def dominant_term(pred: pd.DataFrame | None, drafter: str, k: int) -> str | None:
+    """Which term of (D + V(k+1)) / accepted < H dominated at the candidate (greedy, pooled
+    over workloads): the cost model's losing term where a cell loses, else the larger of
+    D and V(k+1) - H per step where it wins."""
+    if pred is None or pred.empty:
+        return None
+    p = pred[(pred["drafter"] == drafter) & (pred["k"] == k) & (pred["temperature"] == 0)]
+    if p.empty:
+        return None
+    lose = p[p["losing_term"].notna()]
+    if not lose.empty:
+        return "; ".join(f"{r.workload}: {r.losing_term}" for r in lose.itertuples())
+    D, V, H = p["pred_D_ms"].median(), p["pred_V_ms"].median(), p["H_ms"].median()
+    dom = "verify V(k+1)" if V - H >= D else "draft D"
+    return (f"{dom} dominates the extra cost but the step wins: (D {D:.1f} + V {V:.1f} ms) / "
+            f"{p['pred_tokens_per_step'].median():.2f} tokens = {p['pred_ms_per_token'].median():.1f} ms/token "
+            f"< H {H:.1f} ms")

@@ -1,0 +1,191 @@
+"""Exports for writing and citable sections, on a real tiny reproduction (02 sweep, 06 matrix):
+`labkit export` to csv/md/latex, `show`/`regen` of "LAB:RESULTS-MATRIX §E", the matrix
+sections' arithmetic, PDF figures stamped with their ID, and the bad inputs."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from labkit.cli import main
+from labkit.errors import LabkitError
+from labkit.provenance import ids, tracking
+from labkit.provenance import reproduce as rp
+from labkit.report import export, matrix, sections
+from labkit.report.figures import pdf_lab_id
+from labkit.report.queries import load_table
+
+SWEEP = {"k": [0, 1, 2], "workloads": ["edit"], "prompts_per_workload": 1, "runs": 2, "max_tokens": 16,
+         "drafters": ["ngram"], "temperatures": [0.0]}
+
+
+@pytest.fixture(scope="module")
+def book(store):
+    s = rp.reproduce(only=["02", "06"], out_dir=str(store / "out"), params=SWEEP)
+    assert s["ok"], [(r["notebook"], r["error"]) for r in s["results"]]
+    return {r["notebook"]: r for r in s["results"]}
+
+
+def cli(capsys, *argv) -> tuple[int, list[str], str]:
+    rc = main(list(argv))
+    cap = capsys.readouterr()
+    return rc, cap.out.splitlines(), cap.err
+
+
+# -- the ID grammar -------------------------------------------------------------------
+def test_section_ids_parse_and_bad_sections_list_the_real_ones():
+    for text in ("LAB:RESULTS-MATRIX §E", "[LAB: RESULTS-MATRIX §E]", "RESULTS-MATRIX §e", "LAB:RESULTS-MATRIX§E"):
+        ref = ids.parse_ref(text)
+        assert isinstance(ref, ids.SectionId) and (ref.doc, ref.section) == ("RESULTS-MATRIX", "E"), text
+        assert str(ref) == "LAB:RESULTS-MATRIX §E" and ref.cite == "[LAB:RESULTS-MATRIX §E]"
+    assert ids.parse_ref("LAB:WORKSHEET §field").section == "field"
+    assert ids.parse_ref("LAB:WORKSHEET").section is None
+    assert ids.parse_ref("LAB:01-3fa2c1-k7q2m/cost-fit") == ids.LabId("01-3fa2c1-k7q2m", "cost-fit")
+    with pytest.raises(LabkitError) as e:
+        ids.parse_ref("LAB:RESULTS-MATRIX §Z")
+    assert "no section §Z" in e.value.problem and all(f"§{s}" in e.value.fix for s in "ABE")
+    with pytest.raises(LabkitError, match="no document 'RESULT-MATRIX'"):
+        ids.parse_ref("LAB:RESULT-MATRIX §E")
+    with pytest.raises(LabkitError, match="not a labkit provenance ID"):
+        ids.parse_ref("LAB:1-3fa2c1-k7q2m")
+
+
+# -- the sections' numbers ----------------------------------------------------------------
+def test_section_e_numeric_with_first_token_acceptance(book):
+    c = tracking.client()
+    sec = matrix.section(c, "E")
+    df = sec.data
+    assert sec.no_data is None and sec.sources[0]["id"] == book["02_k_sweep"]["id"]
+    for col in ("tok_s", "speedup", "first_token_acceptance", "acceptance", "n_max"):
+        assert pd.api.types.is_numeric_dtype(df[col]), col
+    rows = load_table(c, c.get_run(book["02_k_sweep"]["run_id"]), "sweep-runs")
+    for k in (1, 2):
+        g = rows[(rows["k"] == k) & (~rows["cold"]) & (rows["drafter"] == "ngram")]
+        # first-token acceptance from each generation's accept_by_pos[0] (vLLM's rate), pooled by its denominator
+        acc0 = sum(a[0] * n[0] for a, n in zip(g["accept_by_pos"], g["drafts_reaching_pos"]) if n[0])
+        want = acc0 / sum(n[0] for n in g["drafts_reaching_pos"])
+        got = df[(df["drafter"] == "ngram") & (df["n_max"] == k)].iloc[0]
+        assert abs(got["first_token_acceptance"] - want) < 1e-9
+        assert abs(got["acceptance"] - g["accepted"].sum() / g["drafted"].sum()) < 1e-12
+    assert df["host"].str.len().min() > 0 and (df["source"] == book["02_k_sweep"]["id"]).all()
+    disp = matrix.display(sec)
+    assert list(disp.columns[-4:]) == ["n_max=0", "n_max=1", "n_max=2", "source"]
+    k1 = df[(df["n_max"] == 1)].iloc[0]
+    assert disp["n_max=1"].iloc[0] == (f"{k1['tok_s']:.1f} ({k1['speedup']:.2f}×) @ "
+                                       f"{k1['first_token_acceptance']:.0%} [{k1['acceptance']:.0%}]")
+
+
+def test_section_a_prefill_apart_from_decode(book):
+    c = tracking.client()
+    df = matrix.section(c, "A").data
+    rows = load_table(c, c.get_run(book["02_k_sweep"]["run_id"]), "sweep-runs")
+    plain = rows[(rows["k"] == 0) & (~rows["cold"])]
+    got = df[df["drafter"] == "none"].iloc[0]
+    assert got["runs"] == len(plain) == SWEEP["runs"]
+    assert abs(got["prefill_tok_s"] - (plain["prompt_tokens"] / plain["ttft_ms"] * 1e3).median()) < 1e-9
+    assert abs(got["ttft_ms"] - plain["ttft_ms"].median()) < 1e-12
+    assert abs(got["decode_tok_s"] - plain["decode_tok_s"].median()) < 1e-12
+
+
+def test_section_b_without_a_concurrency_run_says_so(book, capsys):
+    sec = matrix.section(tracking.client(), "B")
+    assert sec.data.empty and sec.no_data.startswith("no data: no finished 07_concurrency run")
+    rc, _, err = cli(capsys, "export", "LAB:RESULTS-MATRIX §B", "--format", "md")
+    assert rc == 2 and "07_concurrency" in err and "fix:" in err
+
+
+# -- export ---------------------------------------------------------------------------
+def test_export_a_notebook_table_in_every_format(book, capsys, tmp_path):
+    c = tracking.client()
+    tid = f"{book['02_k_sweep']['id']}/sweep-cells"
+    logged = load_table(c, c.get_run(book["02_k_sweep"]["run_id"]), "sweep-cells")
+    rc, out, _ = cli(capsys, "export", tid, "--format", "csv")
+    assert rc == 0 and json.loads(out[-1])["id"] == tid
+    back = pd.read_csv(io.StringIO("\n".join(out[:-1])))
+    pd.testing.assert_frame_equal(back[["k", "tok_s", "speedup"]], logged[["k", "tok_s", "speedup"]])
+    rc, out, _ = cli(capsys, "export", tid, "--format", "md")
+    assert out[0].startswith("| drafter | workload | k |") and f"[{tid}]" in "\n".join(out)
+    rc, out, err = cli(capsys, "export", tid, "--format", "latex", "--out", str(tmp_path / "cells.tex"))
+    tex = (tmp_path / "cells.tex").read_text()
+    assert rc == 0 and json.loads(out[-1])["out"] == str(tmp_path / "cells.tex") and len(out) == 1
+    assert r"\toprule" in tex and r"tok\_s\_min" in tex and tex.count(r"\\") == len(logged) + 1
+    assert r"\caption{sweep-cells [LAB:" in tex
+
+
+def test_export_matrix_section_as_latex(book, capsys, tmp_path):
+    rc, out, _ = cli(capsys, "export", "LAB:RESULTS-MATRIX §E", "--format", "latex", "--out", str(tmp_path / "e.tex"))
+    tex = (tmp_path / "e.tex").read_text()
+    assert rc == 0 and json.loads(out[-1])["id"] == "LAB:RESULTS-MATRIX §E"
+    assert r"n\_max=2" in tex and r"$\times$" in tex and r"RESULTS-MATRIX \S{}E" in tex
+    assert book["02_k_sweep"]["id"] in tex
+
+
+def test_export_a_figure_is_a_clear_error(book, capsys):
+    fid = f"{book['02_k_sweep']['id']}/tok-s-vs-k"
+    rc, out, err = cli(capsys, "export", fid, "--format", "csv")
+    assert rc == 2 and "names a figure, not a table" in err and f"labkit regen {fid}" in err
+    with pytest.raises(LabkitError, match="has no table 'nope'") as e:
+        export.resolve(tracking.client(), f"{book['02_k_sweep']['id']}/nope")
+    assert "sweep-cells" in e.value.fix
+    rc, _, err = cli(capsys, "export", "LAB:RESULTS-MATRIX §Q")
+    assert rc == 2 and "RESULTS-MATRIX has no section §Q" in err and "§A (prefill)" in err
+
+
+# -- citable sections: show and regen ---------------------------------------------------
+def test_show_and_regen_a_matrix_section(book, capsys, tmp_path):
+    rc, out, _ = cli(capsys, "show", "LAB:RESULTS-MATRIX §E")
+    doc = json.loads(out[-1])
+    assert rc == 0 and doc["id"] == "LAB:RESULTS-MATRIX §E" and doc["no_data"] is None
+    assert [s["id"] for s in doc["sources"]] == [book["02_k_sweep"]["id"]]
+    assert doc["sources"][0]["tables"] == ["sweep-cells", "sweep-runs"]
+    assert doc["logged_as"] == f"{book['06_results_matrix']['id']}/results-matrix-E"
+    rc, out, _ = cli(capsys, "regen", "LAB:RESULTS-MATRIX §E", "--out", str(tmp_path))
+    res = json.loads(out[-1])
+    assert rc == 0 and res["identical"] is True and res["compared_with"] == doc["logged_as"]
+    assert (tmp_path / "RESULTS-MATRIX-E" / "table.csv").read_text() == export.render(
+        sections.build(tracking.client(), ids.parse_ref("LAB:RESULTS-MATRIX §E")), "csv")
+    rc, out, _ = cli(capsys, "show", "LAB:RESULTS-MATRIX")
+    assert rc == 0 and set(json.loads(out[-1])["sections"]) == {"§A", "§B", "§E"}
+    rc, _, err = cli(capsys, "regen", "LAB:RESULTS-MATRIX")
+    assert rc == 2 and "needs one section" in err
+
+
+def test_regen_notices_a_section_that_changed(book, tmp_path):
+    """A logged copy that no longer matches the runs is reported as not identical."""
+    c = tracking.client()
+    sid = ids.parse_ref("LAB:RESULTS-MATRIX §A")
+    assert sections.regen(c, sid, out_dir=tmp_path)["identical"] is True
+    run = c.get_run(book["06_results_matrix"]["run_id"])
+    from labkit.provenance import frames
+
+    old = load_table(c, run, "results-matrix-A")
+    c.log_text(run.info.run_id, frames.frame_to_json(old.assign(ttft_ms=old["ttft_ms"] + 1)),
+               "tables/results-matrix-A/data.json")
+    assert sections.regen(c, sid, out_dir=tmp_path)["identical"] is False
+
+
+# -- figures for writing ----------------------------------------------------------------
+def test_figures_are_logged_as_pdf_stamped_with_their_id(book, tmp_path):
+    c = tracking.client()
+    fid = f"{book['02_k_sweep']['id']}/tok-s-vs-k"
+    pdf = c.download_artifacts(book["02_k_sweep"]["run_id"], "figures/tok-s-vs-k/figure.pdf", str(tmp_path))
+    assert open(pdf, "rb").read(5) == b"%PDF-" and pdf_lab_id(pdf) == fid
+    assert f"/Keywords ({fid})".encode() in open(pdf, "rb").read()
+    from labkit.report.regen import regen
+
+    res = regen(fid, out_dir=tmp_path / "regen")
+    pdfs = [f for f in res["regenerated"][0]["files"] if f.endswith(".pdf")]
+    assert len(pdfs) == 1 and pdf_lab_id(pdfs[0]) == fid
+
+
+def test_export_imports_no_engine_or_matplotlib():
+    code = ("import sys, labkit.commands.export; "
+            "bad = [m for m in ('matplotlib', 'llama_cpp', 'labkit.decoding.loop') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr

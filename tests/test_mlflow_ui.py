@@ -1,0 +1,198 @@
+"""The MLflow UI as a user reads it, in headless Chromium (Debian's chromium and
+chromium-driver under selenium; nothing downloads a browser).
+
+A store holds two small reproductions of 01_cost_fit; a real ``mlflow server`` serves
+it on 127.0.0.1. The experiment opens on its runs (not MLflow 3's GenAI view), the runs
+are told apart by their LAB IDs, a run page shows plain-string effective params, its
+description and metric charts grouped by section, a figure and a table render in the
+artifact viewer, and the compare view lines the two runs up.
+
+Set ``UI_SCREENSHOTS=/some/dir`` to keep screenshots of each page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import browser
+from labkit.provenance import reproduce as rp
+from labkit.provenance import tracking
+
+FAST = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32}  # as tests/test_provenance.py
+STARTUP_S = 300  # mlflow server on a busy 2-core box (load 20 seen)
+PAGE_S = 120  # the first page of a cold server loads MLflow's whole JS bundle (load 20 seen)
+
+if not (os.access(browser.CHROMIUM, os.X_OK) and os.access(browser.CHROMEDRIVER, os.X_OK)):
+    pytest.skip(f"Chromium is not installed ({browser.CHROMIUM}, {browser.CHROMEDRIVER}): "
+                "apt-get install -y chromium chromium-driver (scripts/system-deps.sh)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def runs(store):
+    """Two reproductions of 01_cost_fit: their parent runs, children and experiment."""
+    out = [rp.reproduce(only=["01_cost_fit"], out_dir=str(store / f"out{i}"), params=FAST) for i in range(2)]
+    assert all(s["ok"] for s in out), out
+    c = tracking.client()
+    children = [c.get_run(s["results"][0]["run_id"]) for s in out]
+    return {"exp": children[0].info.experiment_id, "runs": children, "ids": [r.data.tags["lab.id"] for r in children]}
+
+
+@pytest.fixture(scope="module")
+def ui(store, runs, tmp_path_factory):
+    """``mlflow server`` on the store, on a free 127.0.0.1 port; always stopped."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = tmp_path_factory.mktemp("mlflow-ui") / "server.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                             tracking.tracking_uri(), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/health", timeout=5).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("mlflow server did not start:\n" + log_path.read_text()[-3000:]) from None
+                time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page():
+    with browser.chromium(page_load_timeout=PAGE_S) as d:
+        yield d
+
+
+def _shot(driver, name: str) -> None:
+    where = os.environ.get("UI_SCREENSHOTS")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        browser.screenshot(driver, Path(where) / f"{name}.png")
+
+
+def _open(driver, url: str, *texts: str) -> str:
+    driver.get(url)
+    for t in texts:
+        browser.wait_for_text(driver, t, timeout=PAGE_S)
+    return driver.find_element("tag name", "body").text
+
+
+def _open_artifact(driver, ui: str, runs: dict, run, path: str) -> None:
+    """Open a file in the run's artifact viewer by clicking down its folder tree, as a user does."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _open(driver, f"{ui}/#/experiments/{runs['exp']}/runs/{run.info.run_id}/artifacts", path.split("/")[0])
+    for part in path.split("/"):
+        node = WebDriverWait(driver, PAGE_S, poll_frequency=0.25).until(
+            lambda d, part=part: [e for e in d.find_elements("xpath", f"//*[normalize-space(text())='{part}']")
+                                  if e.is_displayed()], message=f"{part!r} of {path} not in the artifact tree")
+        node[-1].click()
+
+
+def _row(driver, key: str) -> str:
+    """The text of the table row (ARIA row or <tr>) whose cell reads exactly ``key``."""
+    rows = driver.find_elements("xpath", f"//*[@role='row' or self::tr][.//*[normalize-space(text())='{key}']]")
+    assert rows, f"no row for {key!r} on {driver.current_url}"
+    return rows[0].text.replace("\n", " | ")
+
+
+def test_experiment_opens_on_its_runs_named_by_lab_id(ui, runs, page):
+    # the kind MLflow 3.x reads to open an experiment on its runs rather than on traces
+    exp = tracking.client().get_experiment(runs["exp"])
+    assert exp.tags[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    # a fresh browser starts in the GenAI view; `labkit ui` prints this link to the runs
+    body = _open(page, f"{ui}/#/experiments/{runs['exp']}?workflowType=machine_learning", *runs["ids"])
+    assert "/runs" in page.current_url.split("#", 1)[1]  # the runs tab, not the GenAI traces/overview
+    for run, lab_id in zip(runs["runs"], runs["ids"]):
+        assert run.info.run_name == f"01_cost_fit · default · {lab_id}" and run.info.run_name in body
+    _shot(page, "mlflow-runs")
+
+
+def test_run_page_shows_effective_params_note_and_metric_sections(ui, runs, page):
+    run = runs["runs"][0]
+    _open(page, f"{ui}/#/experiments/{runs['exp']}/runs/{run.info.run_id}", "verify_rounds", runs["ids"][0])
+    assert _row(page, "verify_rounds").endswith("| 3")
+    assert _row(page, "recipe").endswith("| default")  # a plain string, no JSON quotes
+    assert _row(page, "verify_m").endswith("| [1, 2, 3]")
+    assert _row(page, "kv_depth").endswith("| 32")
+    assert _row(page, "cost_models").endswith('| ["synthetic-dense", "synthetic-moe"]')  # None -> the recipe's
+    body = page.find_element("tag name", "body").text
+    assert "Found:" in body and "verify/H_ms" in body  # the description (mlflow.note.content)
+    _shot(page, "mlflow-run")
+    # charts grouped into sections by the key before "/": a section title, then its chart count
+    # (charts below the fold render lazily, so the section titles are what is asserted)
+    body = _open(page, f"{ui}/#/experiments/{runs['exp']}/runs/{run.info.run_id}/model-metrics", "synthetic",
+                 "verify")
+    lines = [ln.strip() for ln in body.splitlines()]
+    sections = {a for a, b in zip(lines, lines[1:]) if re.fullmatch(r"\(\d+\)", b)}
+    assert {"verify", "synthetic", "lab"} <= sections, sections
+    _shot(page, "mlflow-run-metrics")
+
+
+def test_figure_and_table_render_in_the_artifact_viewer(ui, runs, page):
+    run = runs["runs"][0]
+    c = tracking.client()
+    png = next(a.path for a in c.list_artifacts(run.info.run_id, "figures/cost-fit") if a.path.endswith(".png"))
+    _open_artifact(page, ui, runs, run, png)
+    deadline = time.monotonic() + PAGE_S
+    while True:
+        # the viewer loads the file and shows it as an <img> (its src a blob or get-artifact URL)
+        imgs = [i for i in page.find_elements("tag name", "img")
+                if page.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 300", i)]
+        if imgs:
+            break
+        assert time.monotonic() < deadline, f"the figure {png} did not render"
+        time.sleep(0.5)
+    _shot(page, "mlflow-figure")
+    _open_artifact(page, ui, runs, run, "tables/verify-per-m/table.json")  # logged with log_table
+    browser.wait_for_text(page, "median_ms", timeout=PAGE_S)
+    cells = [e.text for e in page.find_elements("xpath", "//*[@role='cell' or self::td]")]
+    assert {"1", "2", "3"} <= set(cells), cells[:20]  # m = 1..3, one row each
+    _shot(page, "mlflow-table")
+
+
+def test_compare_view_lines_up_the_two_runs(ui, runs, page):
+    ids = [r.info.run_id for r in runs["runs"]]
+    url = (f"{ui}/#/compare-runs?runs=" + urllib.parse.quote(json.dumps(ids))
+           + "&experiments=" + urllib.parse.quote(json.dumps([runs["exp"]])))
+    body = _open(page, url, *runs["ids"], "verify_rounds")
+    assert "Comparing 2 Runs" in body
+    row = _row(page, "verify_rounds")
+    assert row.count("3") >= 2 and '"' not in row
+    assert _row(page, "recipe").count("default") == 2 and '"' not in _row(page, "recipe")
+    assert "synthetic/expert_term_ms_per_row" in body and "lab/seconds" in body  # section/name keys
+    _shot(page, "mlflow-compare")
+
+
+def test_each_reproduction_is_a_parent_of_its_notebook_run(runs):
+    c = tracking.client()
+    for run in runs["runs"]:
+        parent = c.get_run(run.data.tags["mlflow.parentRunId"])
+        assert parent.info.status == "FINISHED" and run.data.tags["lab.id"] in parent.data.tags["mlflow.note.content"]
+        assert run.data.tags["mlflow.source.git.commit"] == run.data.tags["git.commit"]
+        assert any(k.startswith("system/cpu") for k in run.data.metrics)
+        assert "notebook/01_cost_fit.html" in [a.path for a in c.list_artifacts(run.info.run_id, "notebook")]

@@ -1,0 +1,125 @@
+"""Replay: the accept pattern of greedy speculation at any k from one plain run.
+
+First on a constructed stream (each step checkable by hand), then the claim itself on the
+real engine: the replayed steps equal the measured speculative runs step by step
+(drafted, accepted, per-position outcomes, emitted tokens) on real prompts, for several
+k, with the n-gram drafter and with a real greedy draft model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from labkit.analysis import replay as rp
+from labkit.decoding.drafters.base import Draft, Drafter
+
+PROMPT = [1, 2]
+STREAM = [10, 11, 12, 13, 14, 15, 16, 17]
+
+
+class Spoiled(Drafter):
+    """Proposes the known continuation, with the token at output position ``bad`` wrong."""
+
+    def __init__(self, stream, bad=4):
+        self.stream, self.bad, self.begun = stream, bad, 0
+
+    def begin(self, prompt, *, keep=0):
+        self.begun += 1
+
+    def propose(self, history, k, *, temperature=0.0, rng=None):
+        i = len(history) - len(PROMPT)
+        return Draft([99 if j == self.bad else self.stream[j] for j in range(i, min(i + k, len(self.stream) + 2))])
+
+
+def pattern(steps):
+    return [(s["k"], s["drafted"], s["accepted"], s["outcomes"], s["tokens"]) for s in steps if s["mode"] == "spec"]
+
+
+def test_replay_steps_by_hand():
+    d = Spoiled(STREAM)
+    steps = rp.replay(PROMPT, STREAM, d, 2, max_tokens=8)
+    assert d.begun == 1 and steps[0]["mode"] == "prefill" and steps[0]["tokens"] == [10]
+    assert pattern(steps) == [(2, 2, 2, [1, 1], [11, 12, 13]),  # both accepted + the target's bonus token
+                              (2, 2, 0, [0, -1], [14]),  # position 4 spoiled: the target's own token
+                              (2, 2, 2, [1, 1], [15, 16, 17])]
+    s = rp.summarize_replay(steps, 2)
+    assert (s["drafted"], s["accepted"], s["steps"]) == (6, 4, 3)
+    assert s["first_token_acceptance"] == pytest.approx(2 / 3) and s["acc_pos"] == [2, 2]
+
+
+def test_replay_never_drafts_past_max_tokens():
+    steps = rp.replay(PROMPT, STREAM, Spoiled(STREAM), 4, max_tokens=8)
+    assert pattern(steps) == [(4, 4, 3, [1, 1, 1, 0], [11, 12, 13, 14]),
+                              (3, 3, 3, [1, 1, 1], [15, 16, 17])]  # k clipped to max_tokens - emitted
+
+
+def test_a_draft_through_a_stop_token_is_a_lower_bound():
+    plain = STREAM[:6]  # the plain run stopped on its 6th token (an end-of-generation token)
+    steps = rp.replay(PROMPT, plain, Spoiled(STREAM, bad=99), 3, max_tokens=8)
+    last = steps[-1]
+    assert last["tokens"] == [15] and last["accepted"] == 1 and last["outcomes"] == [1, -1, -1]
+    assert not last["exact"]  # the real loop would also test 16 against what follows the stop token
+    assert not rp.summarize_replay(steps, 3)["exact"]
+    assert all(s["exact"] for s in steps[:-1])
+
+
+def test_prediction_prices_each_replayed_step():
+    steps = rp.replay(PROMPT, STREAM, Spoiled(STREAM), 2, max_tokens=8)
+    for s in steps:
+        s["draft_ms"] = 1.0
+
+    def V(m):
+        return 10.0 + 2.0 * (np.asarray(m) - 1)
+
+    p = rp.predict_run(steps, V=V, H=10.0, overhead=(0.5, 0.0), prefill_ms=20.0)
+    # 3 decode steps, each: draft 1 + V(3) = 14 + o 0.5 -> 46.5 ms; plain: 7 tokens x 10.5 ms
+    assert p["pred_decode_ms"] == pytest.approx(46.5)
+    assert p["pred_plain_decode_ms"] == pytest.approx(73.5)
+    assert p["pred_e2e_speedup"] == pytest.approx((20 + 73.5) / (20 + 1.0 + 46.5))  # + the drafter's begin
+    table = rp.prediction_table([{"drafter": "x", "workload": "w", "prompt": "p", "k": 2, "steps": steps,
+                                  "prefill_ms": 20.0}], V=V, H=10.0, overhead=(0.5, 0.0))
+    by_k = rp.prediction_by_k(table)
+    assert by_k.iloc[0]["pred_acceptance"] == pytest.approx(4 / 6) and by_k.iloc[0]["k"] == 2
+
+
+# -- the claim, on the real engine -----------------------------------------------------
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def prompts(engine):
+    from labkit.suites.workloads import load_workload
+
+    return [engine.tokenize(p.text) for p in (load_workload("edit", limit=1) + load_workload("code", limit=1))]
+
+
+def measured_vs_replayed(engine, ids, drafter, k):
+    from labkit.decoding.loop import run, tokens_of
+
+    plain = tokens_of(run(engine, ids, k=0, max_tokens=MAX_TOKENS))
+    spec = run(engine, ids, drafter=drafter, k=k, max_tokens=MAX_TOKENS)
+    assert tokens_of(spec) == plain, "greedy speculation diverged from plain: the replay's premise fails here"
+    measured = [(r.k, r.drafted, r.accepted, r.outcomes, r.tokens) for r in spec if r.mode != "prefill"]
+    replayed = rp.replay(ids, plain, drafter, k, max_tokens=MAX_TOKENS)
+    return measured, pattern(replayed), replayed
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_replay_equals_measured_ngram_runs_step_by_step(engine, prompts, k):
+    from labkit.decoding.drafters.ngram import NgramDrafter
+
+    accepted = 0
+    for ids in prompts:
+        measured, replayed, steps = measured_vs_replayed(engine, ids, NgramDrafter(), k)
+        assert replayed == measured
+        accepted += sum(s["accepted"] for s in steps)
+    assert accepted > 0  # the edit prompt copies: the comparison covers accepted drafts, not only misses
+
+
+def test_replay_equals_measured_draft_model_runs(engine, draft_engine, prompts):
+    from labkit.decoding.drafters.model import ModelDrafter
+
+    d = ModelDrafter(draft_engine, target=engine)
+    measured, replayed, steps = measured_vs_replayed(engine, prompts[0], d, 2)
+    assert replayed == measured and sum(s["accepted"] for s in steps) > 0

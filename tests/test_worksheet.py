@@ -1,0 +1,206 @@
+"""Both worksheets from a real tiny reproduction (02 sweep, 04 tool suite, 06 matrix) on the
+embedded model; the decision words and residency labels on small frames."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from labkit.config.recipe import effective_recipe, from_dict
+from labkit.provenance import ids, tracking
+from labkit.provenance import reproduce as rp
+from labkit.report import candidate, decision, evidence, worksheet
+from labkit.report.queries import load_table
+
+SWEEP = {"k": [0, 1, 2], "workloads": ["edit"], "prompts_per_workload": 1, "runs": 1, "max_tokens": 16,
+         "drafters": ["ngram"], "temperatures": [0.0]}
+
+
+@pytest.fixture(scope="module")
+def book(store):
+    params = {**SWEEP, "toolsuite_tasks": 3, "toolsuite_runs": 1, "owner": "alice"}
+    s = rp.reproduce(only=["02", "04", "06"], out_dir=str(store / "out"), params=params)
+    assert s["ok"], [(r["notebook"], r["error"]) for r in s["results"]]
+    return {r["notebook"]: r for r in s["results"]}
+
+
+def _recipe(**kw):
+    return effective_recipe({"recipe": "default", **SWEEP, **kw})
+
+
+def test_tool_suite_runs_at_the_candidate_and_logs_task_pairs(book):
+    c = tracking.client()
+    sweep_run = c.get_run(book["02_k_sweep"]["run_id"])
+    cells = load_table(c, sweep_run, "sweep-cells")
+    want = candidate.best_default(cells)
+    run = c.get_run(book["04_tool_suite_qc"]["run_id"])
+    t = run.data.tags
+    assert t["toolsuite.k"] == str(want["k"]) and t["toolsuite.tolerance_pts"] == "10.0"
+    src = json.loads(t["toolsuite.k_source"])
+    assert "best global default" in src["how"] and src["source"] == book["02_k_sweep"]["id"]
+    assert "±10" in json.loads(t["toolsuite.verdict"])["ngram"]
+    pairs = load_table(c, run, "toolsuite-tasks")
+    assert len(pairs) == 3 * 2 and set(pairs["mode"]) == {"greedy", "sampled"}  # 3 tasks, greedy + 1 sampled run
+    assert {"output_off", "output_on", "correct_off", "correct_on", "same_output"} <= set(pairs.columns)
+    paired = load_table(c, run, "toolsuite-paired")
+    g = pairs[pairs["mode"] == "greedy"]
+    row = paired[paired["mode"] == "greedy"].iloc[0]
+    assert row["lost"] == int((g["correct_off"] & ~g["correct_on"]).sum()) and 0 <= row["mcnemar_p"] <= 1
+    assert "toolsuite/mcnemar_p.ngram" in run.data.metrics
+    assert set(paired["k"]) == set(pairs["k"]) == {want["k"]}  # the suite itself ran at the candidate's n_max
+
+
+def test_accounting_table_every_field_sourced_or_no_data(book):
+    c = tracking.client()
+    rows = worksheet.accounting(c, _recipe(), owner="bob")
+    assert [r["item"] for r in rows] == list(worksheet.ITEMS)
+    for r in rows:
+        sourced = r["source"] is not None and ids.ID_RE.match(r["source"].split(",")[0])
+        missing = str(r["baseline"]).startswith("no data:") or str(r["candidate"]).startswith("no data:")
+        assert sourced or missing, r
+    by = {r["item"]: r for r in rows}
+    assert by["production concurrency (re-bench)"]["candidate"].startswith("no data: no 07_concurrency run")
+    model = by["model artifact (path + checksum + quant)"]["baseline"]
+    assert "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818" in model and "Q4_K" in model
+    assert ".gguf" in model  # the path, from the engine record
+    assert "llama.cpp commit" in by["engine build (pinned commit)"]["baseline"]
+    dec = by["decision (keep/reject, owner)"]
+    assert dec["candidate"].split(":")[0] in ("keep", "reject") and "owner: bob" in dec["notes"]
+    assert dec["notes"].split("speculation: ")[1].split(":")[0] in ("keep", "widen", "narrow (shorten drafts)",
+                                                                     "disable")
+    steps = by["acceptance at each step"]["candidate"]
+    assert "n_max=1:" in steps and "n_max=2:" in steps and "Full grid" in steps
+    assert "only 1 warm run(s): the chapter asks for 3" in by["warm decode tok/s (3 runs, range)"]["notes"]
+    # mean accept length: the pooled step counts of the logged runs
+    rs = load_table(c, c.get_run(book["02_k_sweep"]["run_id"]), "sweep-runs")
+    k = int(by["n_max (off vs candidate)"]["candidate"].split("n_max=")[1])
+    g = rs[(rs["k"] == k) & (~rs["cold"]) & (rs["drafter"] == "ngram")]
+    assert by["mean accept length"]["candidate"].startswith(f"{g['decode_tokens'].sum() / g['steps'].sum():.2f}")
+
+
+def test_field_worksheet_has_the_seven_items(book):
+    rows = worksheet.accounting(tracking.client(), _recipe())
+    short = worksheet.field_sheet(rows)
+    assert [f["item"][:2] for f in short] == [f"{i}." for i in range(1, 8)]
+    assert "no data: no owner" in short[6]["value"]  # no --owner and the recipe names none
+    assert "production concurrency not re-benched" in short[6]["value"]
+    assert short[5]["source"] == rows[8]["source"]  # the tool-suite run
+
+
+def test_notebook_06_logged_both_worksheets_with_the_recipe_owner(book):
+    c = tracking.client()
+    run = c.get_run(book["06_results_matrix"]["run_id"])
+    field = load_table(c, run, "worksheet-field")
+    acc = load_table(c, run, "worksheet-accounting")
+    assert len(field) == 7 and list(acc.columns) == ["item", "baseline", "candidate", "notes", "source"]
+    assert "owner: alice" in field["value"].iloc[6]
+
+
+def test_worksheet_command_prints_both(book, capsys):
+    from labkit.cli import main
+
+    assert main(["worksheet", "--owner", "carol", "--format", "md"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    doc = json.loads(out[-1])
+    assert len(doc["field"]) == 7 and len(doc["accounting"]) == len(worksheet.ITEMS)
+    text = "\n".join(out[:-1])
+    assert "| item | baseline | candidate | notes | source |" in text and "[LAB:WORKSHEET §field]" in text
+    assert "owner: carol" in text
+
+
+def test_stepwise_winner_and_concurrency_are_read_when_logged(book, store, monkeypatch):
+    """SYNTHETIC: the stepwise protocol (02's protocol-steps/protocol.winner) and 07_concurrency
+    come from other branches; their logged shapes are written here under their own recipe name
+    (the sweep tables are the real ones) to check the worksheet reads them."""
+    from labkit.lab.session import Lab
+
+    monkeypatch.setenv("LABKIT_JOURNAL", str(store / "synthetic-journal.jsonl"))
+    c = tracking.client()
+    real = c.get_run(book["02_k_sweep"]["run_id"])
+    r = from_dict({**SWEEP, "name": "synthetic-stepwise"})
+    sweep = Lab(notebook="02_k_sweep", recipe=r, params={})
+    for name in ("sweep-cells", "sweep-runs", "cost-model"):
+        sweep.table(name, load_table(c, real, name), display=False)
+    steps = pd.DataFrame([
+        {"drafter": "ngram", "k": 1, "e2e_speedup": 1.2, "e2e_speedup_min": 1.1, "e2e_speedup_max": 1.3,
+         "decode_speedup": 1.25, "acceptance": 0.8, "first_token_acceptance": 0.9, "toolsuite_verdict": "within ±10",
+         "passed": True, "stop_reason": None},
+        {"drafter": "ngram", "k": 2, "e2e_speedup": 0.95, "e2e_speedup_min": 0.9, "e2e_speedup_max": 1.0,
+         "decode_speedup": 0.97, "acceptance": 0.6, "first_token_acceptance": 0.85, "toolsuite_verdict": "within ±10",
+         "passed": False, "stop_reason": "end-to-end loss at k=2"}])
+    sweep.table("protocol-steps", steps, display=False)
+    c.set_tag(sweep.run_id, "protocol.winner", json.dumps({"drafter": "ngram", "k": 1, "source": str(sweep.id)}))
+    c.set_tag(sweep.run_id, "protocol.stopped", "k=2: end-to-end loss (0.95×)")
+    sweep.finish()
+    conc = Lab(notebook="07_concurrency", recipe=r, params={})
+    conc.table("concurrency", pd.DataFrame([
+        {"c": c_, "k": k, "drafter": "ngram" if k else "none", "engine": "llama-server", "agg_tok_s": t,
+         "per_stream_tok_s": t / c_, "ttft_p50_ms": 50.0, "ttft_p95_ms": 60.0, "ttlt_p50_ms": 900.0,
+         "ttlt_p95_ms": 990.0, "acceptance": 0.7 if k else None, "rows_per_step": 1.0, "speedup": t / b,
+         "lossless": True} for c_, b in ((1, 34.0), (4, 43.0)) for k, t in ((0, b), (1, b * 0.9))]), display=False)
+    conc.table("concurrency-verdict", pd.DataFrame([{"c": 4, "k": 1, "speedup": 0.9, "verdict": "loses at c=4"}]),
+               display=False)
+    conc.finish()
+
+    assert candidate.candidate(c, r) == {"drafter": "ngram", "k": 1, "source": str(sweep.id),
+                                         "how": "the stepwise protocol's winner (protocol.winner)"}
+    by = {x["item"]: x for x in worksheet.accounting(c, r, owner="dana")}
+    steps_text = by["acceptance at each step"]["candidate"]
+    assert "n_max=1: acceptance 80% (first token 90%), end-to-end 1.20× (pass)" in steps_text
+    assert "stop: end-to-end loss at k=2" in steps_text and "Stopped: k=2: end-to-end loss" in steps_text
+    conc_row = by["production concurrency (re-bench)"]
+    assert conc_row["baseline"] == "c=4: 43.0 tok/s aggregate" and "38.7 tok/s" in conc_row["candidate"]
+    assert "loses at c=4" in conc_row["notes"] and conc_row["source"] == str(conc.id)
+    assert by["n_max (off vs candidate)"]["candidate"] == "ngram n_max=1"
+
+
+def test_residency_labels_old_and_new_shapes():
+    old = {"layers_on_accelerator": 0, "layers_on_host": 18, "note": "all weights and KV on the host"}
+    assert evidence.residency_text(old, build={"gpu_offload_supported": False}) == (
+        "no accelerator in this build: all 18 layers on the host (maximum spill); as asked, not read from the load log")
+    assert "none" not in evidence.residency_text(old)
+    assert evidence.residency_text({"layers_on_accelerator": 10, "layers_on_host": 8}).startswith(
+        "10/18 layers offloaded, 8 on the host")
+    new = {"asked": {"n_gpu_layers": 99, "n_cpu_moe": 4}, "label": "experts spilled to host",  # SYNTHETIC record
+           "placed": {"buffers_mib": {"CUDA0": 5120.0, "CPU": 2048.4}, "layers_offloaded": 20, "layers_total": 24}}
+    text = evidence.residency_text(new)
+    assert text.startswith("experts spilled to host; 20/24 layers offloaded; buffers CUDA0 5120 MiB, CPU 2048 MiB")
+    assert text.endswith("(from the load log)") and '"n_cpu_moe": 4' in text
+    assert evidence.residency_text(None).startswith("no data:")
+
+
+def _cells(speedups: dict[tuple[str, int], float]) -> pd.DataFrame:
+    """SYNTHETIC greedy sweep cells: (workload, k) -> speedup."""
+    return pd.DataFrame([{"drafter": "ngram", "workload": w, "k": k, "temperature": 0.0, "speedup": s}
+                         for (w, k), s in speedups.items()])
+
+
+@pytest.mark.parametrize("speedups, cand_k, configured, word", [
+    ({("edit", 1): 1.2, ("edit", 2): 1.3, ("edit", 3): 1.1}, 2, None, "keep"),
+    ({("edit", 1): 1.2, ("edit", 2): 1.3}, 2, None, "widen"),
+    ({("edit", 1): 1.2, ("edit", 2): 1.3, ("edit", 3): 1.1}, 2, 3, "narrow"),
+    ({("edit", 1): 1.2, ("edit", 2): 1.3, ("code", 1): 1.1, ("code", 2): 0.9}, 2, None, "narrow"),
+    ({("edit", 1): 0.9, ("edit", 2): 0.8}, 1, None, "disable"),
+])
+def test_speculation_words(speedups, cand_k, configured, word):
+    d = decision.speculation_words(_cells(speedups), {"drafter": "ngram", "k": cand_k}, configured=configured)
+    assert d["word"] == word and d["text"].startswith(word)
+
+
+def test_widen_is_not_said_when_the_protocol_stopped_on_a_loss():
+    d = decision.speculation_words(_cells({("edit", 1): 1.2, ("edit", 2): 1.3}), {"drafter": "ngram", "k": 2},
+                                   stopped="k=3: end-to-end loss")
+    assert d["word"] == "keep"
+
+
+def test_candidate_keep_or_reject():
+    win = {"median": 1.2, "min": 1.1, "max": 1.3, "pairs": 3}
+    assert decision.candidate_verdict(e2e=win, decode=1.3, tool_ok=True, lossless=True) == ("keep", [])
+    word, why = decision.candidate_verdict(e2e={**win, "median": 0.97}, decode=1.3, tool_ok=True, lossless=True)
+    assert word == "reject" and "end-to-end speedup 0.97×" in why[0]
+    assert decision.candidate_verdict(e2e=win, decode=1.3, tool_ok=False, lossless=True)[0] == "reject"
+    assert decision.candidate_verdict(e2e=win, decode=1.3, tool_ok=True, lossless=False)[0] == "reject"
+    word, why = decision.candidate_verdict(e2e=win, decode=1.3, tool_ok=None, lossless=True)
+    assert word == "keep" and "provisional" in why[0]
