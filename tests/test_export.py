@@ -56,6 +56,7 @@ def test_section_ids_parse_and_bad_sections_list_the_real_ones():
 
 
 # -- the sections' numbers ----------------------------------------------------------------
+@pytest.mark.slow  # papermill: 02 + 06
 def test_section_e_numeric_with_first_token_acceptance(book):
     c = tracking.client()
     sec = matrix.section(c, "E")
@@ -80,6 +81,7 @@ def test_section_e_numeric_with_first_token_acceptance(book):
                                        f"{k1['first_token_acceptance']:.0%} [{k1['acceptance']:.0%}]")
 
 
+@pytest.mark.slow  # papermill: 02 + 06
 def test_section_a_prefill_apart_from_decode(book):
     c = tracking.client()
     df = matrix.section(c, "A").data
@@ -92,6 +94,7 @@ def test_section_a_prefill_apart_from_decode(book):
     assert abs(got["decode_tok_s"] - plain["decode_tok_s"].median()) < 1e-12
 
 
+@pytest.mark.slow  # papermill: 02 + 06
 def test_section_b_without_a_concurrency_run_says_so(book, capsys):
     sec = matrix.section(tracking.client(), "B")
     assert sec.data.empty and sec.no_data.startswith("no data: no finished 07_concurrency run")
@@ -100,6 +103,7 @@ def test_section_b_without_a_concurrency_run_says_so(book, capsys):
 
 
 # -- export ---------------------------------------------------------------------------
+@pytest.mark.slow  # papermill: 02 + 06
 def test_export_a_notebook_table_in_every_format(book, capsys, tmp_path):
     c = tracking.client()
     tid = f"{book['02_k_sweep']['id']}/sweep-cells"
@@ -117,6 +121,7 @@ def test_export_a_notebook_table_in_every_format(book, capsys, tmp_path):
     assert r"\caption{sweep-cells [LAB:" in tex
 
 
+@pytest.mark.slow  # papermill: 02 + 06
 def test_export_matrix_section_as_latex(book, capsys, tmp_path):
     rc, out, _ = cli(capsys, "export", "LAB:RESULTS-MATRIX §E", "--format", "latex", "--out", str(tmp_path / "e.tex"))
     tex = (tmp_path / "e.tex").read_text()
@@ -125,6 +130,7 @@ def test_export_matrix_section_as_latex(book, capsys, tmp_path):
     assert book["02_k_sweep"]["id"] in tex
 
 
+@pytest.mark.slow  # papermill: 02 + 06
 def test_export_a_figure_is_a_clear_error(book, capsys):
     fid = f"{book['02_k_sweep']['id']}/tok-s-vs-k"
     rc, out, err = cli(capsys, "export", fid, "--format", "csv")
@@ -137,6 +143,7 @@ def test_export_a_figure_is_a_clear_error(book, capsys):
 
 
 # -- citable sections: show and regen ---------------------------------------------------
+@pytest.mark.slow  # papermill: 02 + 06
 def test_show_and_regen_a_matrix_section(book, capsys, tmp_path):
     rc, out, _ = cli(capsys, "show", "LAB:RESULTS-MATRIX §E")
     doc = json.loads(out[-1])
@@ -155,6 +162,7 @@ def test_show_and_regen_a_matrix_section(book, capsys, tmp_path):
     assert rc == 2 and "needs one section" in err
 
 
+@pytest.mark.slow  # papermill: 02 + 06
 def test_regen_notices_a_section_that_changed(book, tmp_path):
     """A logged copy that no longer matches the runs is reported as not identical."""
     c = tracking.client()
@@ -170,6 +178,7 @@ def test_regen_notices_a_section_that_changed(book, tmp_path):
 
 
 # -- figures for writing ----------------------------------------------------------------
+@pytest.mark.slow  # papermill: 02 + 06
 def test_figures_are_logged_as_pdf_stamped_with_their_id(book, tmp_path):
     c = tracking.client()
     fid = f"{book['02_k_sweep']['id']}/tok-s-vs-k"

@@ -28,6 +28,8 @@ import pytest
 
 from labkit.provenance import tracking
 
+pytestmark = pytest.mark.slow  # a real `jupyter lab` server, kernels, notebooks 02 and 03
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 CONFIG = ROOT / "jupyter-config" / "jupyter_server_config.py"

@@ -300,6 +300,7 @@ def _check_kept(c, run, measured: set[str], inherited: set[str]) -> None:
     assert 0 < len(kept) < int(run.data.tags["arms.sweep.planned"]) == 8, "interrupted in the sweep"
 
 
+@pytest.mark.slow  # papermill sweep, interrupted
 def test_sigint_keeps_every_completed_arm(chain):
     from labkit.provenance.show import show
 
@@ -312,6 +313,7 @@ def test_sigint_keeps_every_completed_arm(chain):
     assert shown["arms"]["sweep.planned"] == "8" and int(shown["arms"]["sweep.done"]) >= len(measured) - 1
 
 
+@pytest.mark.slow  # papermill sweep, interrupted
 def test_sigterm_keeps_every_completed_arm(chain):
     # KILLED where SIGTERM is handled; FAILED when the kernel was shut down under it;
     # RUNNING (with its processes gone) when the process died outright
@@ -321,6 +323,7 @@ def test_sigterm_keeps_every_completed_arm(chain):
     _check_kept(c, b, _measured(chain["B"]["journal"]), set(arm_journal.read_arms(c, chain["runs"]["A"], "sweep")))
 
 
+@pytest.mark.slow  # papermill sweep, interrupted
 def test_a_killed_kernel_keeps_every_completed_arm(chain):
     c, r = tracking.client(), chain["runs"]["C"]
     assert r.info.status == "FAILED" and chain["C"]["rc"] == 1
@@ -329,6 +332,7 @@ def test_a_killed_kernel_keeps_every_completed_arm(chain):
     _check_kept(c, r, _measured(chain["C"]["journal"]), set(arm_journal.read_arms(c, chain["runs"]["B"], "sweep")))
 
 
+@pytest.mark.slow  # papermill sweep, interrupted
 def test_resume_refuses_another_model_file(chain):
     """The model's sha256 is checked once the notebook has opened its engine; nothing is inherited."""
     p, summary = chain["X"]
@@ -338,6 +342,7 @@ def test_resume_refuses_another_model_file(chain):
     assert not res["arms"].get("inherited") and not chain["runs"]["X"].data.tags.get("arms.done")
 
 
+@pytest.mark.slow  # papermill sweep, interrupted
 def test_resumed_run_equals_an_uninterrupted_one(chain, baseline, store):
     c = tracking.client()
     p, summary = chain["D"]
@@ -371,6 +376,7 @@ def test_resumed_run_equals_an_uninterrupted_one(chain, baseline, store):
         assert tags["arms.drift.sweep"].startswith(("within noise", "moved"))
 
 
+@pytest.mark.slow  # papermill sweep, interrupted
 def test_resume_refuses_a_changed_recipe_or_commit(chain):
     c = tracking.client()
     run = chain["runs"]["A"]

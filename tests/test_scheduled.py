@@ -158,6 +158,7 @@ def nb_dir(tmp_path, monkeypatch):
 
 
 # -- timeouts --------------------------------------------------------------------------------
+@pytest.mark.slow  # papermill
 def test_cell_timeout_fails_the_run_keeps_its_records_and_stops_the_kernel(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "81_hangs.ipynb", [
         'recipe = "default"', START, "import time\nlab.metric('before_hang', 1.0)",
@@ -178,6 +179,7 @@ def test_cell_timeout_fails_the_run_keeps_its_records_and_stops_the_kernel(store
     assert _kernels(os.getpid()) == []
 
 
+@pytest.mark.slow  # papermill
 def test_whole_run_limit_stops_the_reproduction_and_skips_the_rest(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "82_slow.ipynb", [
         'recipe = "default"', START, "import time\ntime.sleep(2)\nlab.metric('step1', 1.0)",
@@ -196,6 +198,7 @@ def test_whole_run_limit_stops_the_reproduction_and_skips_the_rest(store, nb_dir
 
 
 # -- SIGTERM ----------------------------------------------------------------------------------
+@pytest.mark.slow  # papermill
 def test_sigterm_marks_the_run_killed_uploads_its_records_and_leaves_no_kernel(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "84_term.ipynb", [
         'recipe = "default"', START, "lab.metric('before_term', 1.0)",
@@ -245,6 +248,7 @@ def test_output_folders_are_unique_within_one_second(tmp_path):
     assert a != b and a.is_dir() and b.is_dir() and a.name[:15] == b.name[:15]
 
 
+@pytest.mark.slow  # papermill
 def test_two_reproductions_started_in_the_same_second_never_mix(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "85_pair.ipynb", [
         'recipe = "default"\nwho = "nobody"', START, "import time\ntime.sleep(4)\nlab.metric('done', 1.0)"])
@@ -305,6 +309,7 @@ def test_machine_state_counts_other_processes_and_not_our_own(tmp_path):
     assert s["machine.own_cpu_s"] >= 0.95
 
 
+@pytest.mark.slow  # papermill
 def test_busy_box_is_refused_by_max_busy_and_flagged_in_the_drift_report(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "86_busy.ipynb", ['recipe = "default"\nvalue = 1.0', START, "lab.metric('value', value)"])
     c = tracking.client()
@@ -349,6 +354,7 @@ def test_results_matrix_shows_a_contended_sweep(store):
 
 
 # -- drift that pages, progress on stderr ------------------------------------------------------
+@pytest.mark.slow  # papermill
 def test_fail_on_moved_exits_3_and_progress_shows_cells_and_printed_lines(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "87_moves.ipynb", [
         'recipe = "default"\nvalue = 1.0', START,
@@ -375,6 +381,7 @@ def _clone(tmp_path: Path) -> Path:
     return clone
 
 
+@pytest.mark.slow  # papermill
 def test_reproduce_refuses_uncommitted_notebooks_unless_allow_dirty(store, tmp_path, monkeypatch):
     clone = _clone(tmp_path)
     monkeypatch.setenv("LABKIT_ROOT", str(clone))

@@ -37,6 +37,7 @@ def _args(model, port, **kw):
     return serve.server_args(model=model, port=port, c=kw.pop("c", 1), n_ctx_per_slot=512, threads=2, **kw)
 
 
+@pytest.mark.slow  # llama-server
 def test_build_is_cached_and_recorded(server_binary):
     info = server_build.find()
     assert info["path"] == server_binary and os.access(server_binary, os.X_OK)
@@ -44,6 +45,7 @@ def test_build_is_cached_and_recorded(server_binary):
     assert server_build.build()["cached"] is True
 
 
+@pytest.mark.slow  # llama-server
 def test_bad_model_path_is_a_labkit_error_with_the_log_tail(server_binary, tmp_path):
     port = serve.free_port()
     srv = serve.Server(server_binary, _args(str(tmp_path / "missing.gguf"), port), port=port, health_timeout_s=30)
@@ -56,6 +58,7 @@ def test_bad_model_path_is_a_labkit_error_with_the_log_tail(server_binary, tmp_p
     srv.cleanup()
 
 
+@pytest.mark.slow  # llama-server
 def test_port_in_use_is_a_labkit_error_with_the_log_tail(server_binary, embedded):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -70,6 +73,7 @@ def test_port_in_use_is_a_labkit_error_with_the_log_tail(server_binary, embedded
     srv.cleanup()
 
 
+@pytest.mark.slow  # llama-server
 def test_killed_mid_run_keeps_the_measured_requests(server_binary, embedded, prompts):
     port = serve.free_port()
     srv = serve.Server(server_binary, _args(str(embedded.path), port), port=port)
@@ -91,6 +95,7 @@ def test_killed_mid_run_keeps_the_measured_requests(server_binary, embedded, pro
     assert all(len(r["tokens"]) > 0 and r["ttlt_ms"] >= r["ttft_ms"] > 0 for r in kept)
 
 
+@pytest.mark.slow  # llama-server
 def test_spec_off_and_on_match_labkit_and_report_acceptance(server_binary, embedded, engine, prompts):
     res = serve.bench_serve(server_binary, str(embedded.path), prompts, cs=[1, 2], ks=[0, 3],
                             spec_type="ngram-simple", n_ctx_per_slot=512, max_tokens=16)
@@ -123,6 +128,7 @@ def test_bench_concurrency_bad_input_exits_2_with_a_fix(bad):
     assert p.returncode == 2 and "fix:" in p.stderr
 
 
+@pytest.mark.slow  # llama-server
 def test_server_info_and_bench_concurrency_json(server_binary):
     import json
 
@@ -136,6 +142,7 @@ def test_server_info_and_bench_concurrency_json(server_binary):
     assert d["provenance"]["recipe"]["name"] == "default" and "non_monotonic" in d
 
 
+@pytest.mark.slow  # llama-server
 def test_notebook_07_under_reproduce(store, server_binary):
     from labkit.provenance import reproduce as rp
     from labkit.provenance import tracking

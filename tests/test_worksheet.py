@@ -30,6 +30,7 @@ def _recipe(**kw):
     return effective_recipe({"recipe": "default", **SWEEP, **kw})
 
 
+@pytest.mark.slow  # papermill: 02 + 04 + 06
 def test_tool_suite_runs_at_the_candidate_and_logs_task_pairs(book):
     c = tracking.client()
     sweep_run = c.get_run(book["02_k_sweep"]["run_id"])
@@ -52,6 +53,7 @@ def test_tool_suite_runs_at_the_candidate_and_logs_task_pairs(book):
     assert set(paired["k"]) == set(pairs["k"]) == {want["k"]}  # the suite itself ran at the candidate's n_max
 
 
+@pytest.mark.slow  # papermill: 02 + 04 + 06
 def test_accounting_table_every_field_sourced_or_no_data(book):
     c = tracking.client()
     rows = worksheet.accounting(c, _recipe(), owner="bob")
@@ -80,6 +82,7 @@ def test_accounting_table_every_field_sourced_or_no_data(book):
     assert by["mean accept length"]["candidate"].startswith(f"{g['decode_tokens'].sum() / g['steps'].sum():.2f}")
 
 
+@pytest.mark.slow  # papermill: 02 + 04 + 06
 def test_field_worksheet_has_the_seven_items(book):
     rows = worksheet.accounting(tracking.client(), _recipe())
     short = worksheet.field_sheet(rows)
@@ -89,6 +92,7 @@ def test_field_worksheet_has_the_seven_items(book):
     assert short[5]["source"] == rows[8]["source"]  # the tool-suite run
 
 
+@pytest.mark.slow  # papermill: 02 + 04 + 06
 def test_notebook_06_logged_both_worksheets_with_the_recipe_owner(book):
     c = tracking.client()
     run = c.get_run(book["06_results_matrix"]["run_id"])
@@ -98,6 +102,7 @@ def test_notebook_06_logged_both_worksheets_with_the_recipe_owner(book):
     assert "owner: alice" in field["value"].iloc[6]
 
 
+@pytest.mark.slow  # papermill: 02 + 04 + 06
 def test_worksheet_command_prints_both(book, capsys):
     from labkit.cli import main
 
@@ -110,6 +115,7 @@ def test_worksheet_command_prints_both(book, capsys):
     assert "owner: carol" in text
 
 
+@pytest.mark.slow  # papermill: 02 + 04 + 06
 def test_stepwise_winner_and_concurrency_are_read_when_logged(book, store, monkeypatch):
     """SYNTHETIC: the stepwise protocol (02's protocol-steps/protocol.winner) and 07_concurrency
     come from other branches; their logged shapes are written here under their own recipe name
