@@ -250,10 +250,7 @@ def test_sweep_logs_sortable_best_k_and_grouped_keys(sweep_then_positions):
     if m["best/k/ngram.edit"] == 2:
         assert m["best/speedup/ngram.edit"] == pytest.approx(hist[2])
     # tables are also MLflow tables (what the UI's table view and mlflow.load_table read)
-    import mlflow
-
-    mlflow.set_tracking_uri(tracking.tracking_uri())
-    t = mlflow.load_table("tables/sweep-cells/table.json", run_ids=[run2])
+    t = c.load_table(c.get_run(run2).info.experiment_id, "tables/sweep-cells/table.json", run_ids=[run2])
     assert set(t["k"]) == {0, 2} and "speedup" in t
 
 

@@ -31,7 +31,7 @@ from labkit.provenance import tracking
 
 FAST = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32}  # as tests/test_provenance.py
 STARTUP_S = 300  # mlflow server on a busy 2-core box (load 20 seen)
-PAGE_S = 60
+PAGE_S = 120  # the first page of a cold server loads MLflow's whole JS bundle (load 20 seen)
 
 if not (os.access(browser.CHROMIUM, os.X_OK) and os.access(browser.CHROMEDRIVER, os.X_OK)):
     pytest.skip(f"Chromium is not installed ({browser.CHROMIUM}, {browser.CHROMEDRIVER}): "

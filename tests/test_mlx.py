@@ -114,7 +114,7 @@ def test_converted_directory_is_cached_with_a_stable_sidecar(mlx_art):
     os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     touched = resolve_mlx_model(TARGET)
     assert touched.sha256 == mlx_art.sha256
-    assert (mlx_art.path / "model.safetensors").stat().st_mtime_ns == side["stat"]["model.safetensors"][1]
+    assert (mlx_art.path / "model.safetensors").stat().st_mtime_ns == side["stat"]["model.safetensors"]["mtime_ns"]
     # an existing directory resolves to the same directory hash; a wrong hash is refused
     assert resolve_mlx_model(str(mlx_art.path)).sha256 == mlx_art.sha256
     with pytest.raises(LabkitError, match="checksum mismatch"):

@@ -1,10 +1,6 @@
-"""The k sweep: tok/s and acceptance for every (drafter, workload, prompt, k, temperature).
-
-One row per generation. For each prompt, runs are interleaved: every run visits the
-plain baseline (k = 0, shared by all drafters) and each (drafter, k) once, in a fresh
-random order, so drift on a shared machine spreads evenly over the arms. Run 0 of each
-prompt is the cold run (first after load, or first on this prompt) and is kept, marked
-``cold``, but left out of the warm statistics.
+"""The k sweep's tables, from its per-generation rows (no decoding here): cells with
+medians and ranges, best k, the global default, latency, gate on/off, repetition,
+acceptance by position and time lost to rejected drafts.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""The decoding loop: a generator yielding one :class:`StepRecord` per step.
-
-Plain decoding is the same loop with k = 0 (one row per step), so baseline and
-speculative runs are timed and counted identically. Each speculative step:
-
-    draft   d_1..d_k            = drafter.propose(history, k)        (draft_ms)
-    verify  [t_last, d_1..d_k]  -> k+1 logit rows, one llama_decode  (verify_ms)
-    accept  the longest prefix the target agrees with, plus one target token
-    rollback the cache to drop the rows of rejected drafts
-
-Statistics, gates and cost fits are computed from the records (see ``stats``), except
-the acceptance gate, which must steer the loop and so reads each record as it is made.
+"""The acceptance gate: below a rolling acceptance threshold, fall back to plain decoding,
+and re-probe now and then. It must steer the loop, so it reads each record as it is made;
+its threshold is the recipe's, resolved once at the boundary (``config.recipe.resolve``),
+never from the environment here.
 """
 
 from __future__ import annotations

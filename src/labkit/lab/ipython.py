@@ -1,13 +1,5 @@
-"""The notebook side of provenance: one MLflow run per notebook run, every cell logged.
-
-A notebook's second cell is ``lab = labkit.lab.start(globals())``. From then on an
-IPython ``post_run_cell`` hook logs each executed cell (index, source hash, duration,
-status, and the metrics, tables and figures it produced) under its ``[LAB: …]`` ID.
-Cells that ran before ``start`` (the parameters) are logged from the kernel's history.
-
-Under ``labkit reproduce`` the run already exists (``LABKIT_RUN_ID``); interactively,
-``start`` creates it. Each record goes first to a local journal (JSON lines) and then
-to MLflow, so a tracking store that fails mid-run loses nothing already measured.
+"""The kernel side of a notebook session: IPython's history (which names a cell
+assigned, for the parameters), and display helpers that degrade to nothing outside a kernel.
 """
 
 from __future__ import annotations

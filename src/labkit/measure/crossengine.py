@@ -1,25 +1,6 @@
-"""GGUF -> mlx-lm model directory, offline, and the cache of converted directories.
-
-``mx.load`` cannot read K-quant GGUFs, so every tensor is dequantized with the
-``gguf`` package (numpy) and written as float32 safetensors:
-
-- float32 keeps the dequantized values exactly (a Q4_K/Q6_K/Q5_0 weight is an fp16
-  scale times a small integer, which fp16/bf16 would round again), so MLX computes
-  with the same weights llama.cpp does; on MLX's CPU backend float32 is also the
-  fastest dtype (measured: a 262k-row output matmul costs ~73 ms in float32, ~197 ms
-  in bfloat16, ~258 ms in float16 with OpenBLAS). It costs disk: ~1.07 GB for 270M.
-- Gemma RMSNorm computes ``x * (1 + w)``. llama.cpp's converter stores ``w + 1`` in
-  the GGUF (``norm_shift``), and mlx-lm's gemma3_text adds the 1 itself, so the
-  converter subtracts 1 from every ``*norm.weight`` (checked against llama.cpp logits
-  in tests/test_mlx.py).
-- The tokenizer is the GGUF's own: its metadata (no tensors) is written to
-  ``vocab.gguf`` and loaded with llama.cpp's ``vocab_only``, so token ids match
-  llama.cpp exactly, Chinese included; no HF tokenizer is reconstructed.
-
-A converted directory lives in ``cache_dir()/mlx/<name>/`` with a sidecar
-``<name>.json`` beside it (source sha256, converter version, per-file sha256, a
-directory sha256); it is rebuilt when the source or converter changes, or when its
-files no longer hash to what the sidecar says.
+"""Cross-engine agreement: the same token ids through two engines (llama.cpp and MLX),
+greedy, compared token by token and logit row by logit row. It decodes, so it lives with
+the measurements; the conversion it checks is ``artifacts.mlx_convert``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Measurements: verify(m) cost and speculative-vs-plain generation, as plain functions.
-
-Both return JSON-ready dicts. Timings are repeated and reported as median and
-range; arms that are compared (m values; baseline and speculative runs) are
-interleaved so that drift on a shared machine does not masquerade as an effect.
-Warm-up goes through the same code path as the measured runs and is reported
-separately as the cold run.
+"""Speculative vs plain generation of one prompt: interleaved pairs (the recipe's policy),
+the cold pair reported apart, speedup from the warm pairs, acceptance and the lossless check.
 """
 
 from __future__ import annotations

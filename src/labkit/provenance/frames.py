@@ -1,9 +1,5 @@
-"""Figures: registered seaborn plot functions, stamped with their ``[LAB: …]`` ID.
-
-A figure is always drawn by a function registered here from a DataFrame plus JSON-able
-keyword arguments. That is what makes ``labkit regen`` possible: the logged data and
-arguments are enough to draw it again, and the function also returns the data it drew,
-whose hash shows whether the regeneration is identical.
+"""Frames as exact text: a DataFrame to and from JSON without loss, and its digest, so a
+regenerated figure or table can be checked for being identical to what was logged.
 """
 
 from __future__ import annotations

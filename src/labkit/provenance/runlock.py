@@ -99,7 +99,7 @@ def _holder(f) -> dict:
 def _describe(h: dict) -> str:
     if not h:
         return "another reproduction (it has not described itself yet)"
-    what = f"LAB:{h['lab_id']}" if h.get("lab_id") else "no notebook yet"
+    what = h['lab_id'] if h.get('lab_id') else "no notebook yet"  # already 'LAB:…'
     return (f"the reproduction of recipe {h.get('recipe')!r} with pid {h.get('pid')} on {h.get('host')}, "
             f"started {h.get('started')}, running {what}, writing to {h.get('output')}")
 

@@ -1,14 +1,5 @@
-"""MLflow tracking and ``[LAB: …]`` provenance IDs.
-
-ID scheme (short enough to cite in prose, unique per run, resolvable, related by recipe):
-
-    LAB:01-3fa2c1-k7q2m          a notebook run: notebook number, recipe hash (6), run token (5)
-    LAB:01-3fa2c1-k7q2m/c5       cell 5 of that run (executed code cells, counted from 1)
-    LAB:01-3fa2c1-k7q2m/cost-fit a named figure or table of that run
-
-Two runs of the same notebook and recipe share the ``01-3fa2c1`` prefix; the run token
-is drawn from the MLflow run id and checked unique. Every run is tagged ``lab.id``,
-so an ID resolves with one tag search, on a local SQLite store or an ``mlflow server``.
+"""Run tags: the parts of a provenance record (git, host, recipe, gate, engine build)
+that belong in MLflow's searchable tags; the full record is an artifact.
 """
 
 from __future__ import annotations

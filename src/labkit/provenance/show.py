@@ -1,9 +1,5 @@
-"""Resolve ``[LAB: …]`` IDs: show what they point at, regenerate figures and tables.
-
-``regen`` redraws from the logged data alone (no measurement) and says whether the
-data drawn is identical to what was drawn originally; ``regen --rerun`` executes the
-notebook again with the same parameters and compares the new figure's data with the
-old one within the recorded noise.
+"""``labkit show``: what a ``[LAB: …]`` ID points at: its run, cell or artifacts, with
+parameters and provenance. Reads the store only.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Tables built from logged runs only: the results matrix, the accounting worksheet, advice.
-
-Nothing here measures. Every number comes from a finished MLflow run, cited by its
-``[LAB: …]`` ID; a field with no run behind it says so instead of holding a value.
+"""Advice from logged measurements: the recommended (drafter, k) per workload, and
+``advise --write``, which puts the protocol's winner into the recipe file beside its evidence.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Drafters propose up to k next tokens; the target verifies them.
-
-Each drafter sees the full token history (prompt + emitted, the last of which is not
-yet in the target's cache) and returns a :class:`Draft`. Draft cost is whatever
-``propose`` spends, timed by the loop. Drafters are made by the factories in ``labkit.decoding.drafters``.
+"""A smaller draft model on its own engine: greedy (or sampled, with its probabilities for
+the rejection sampler) k-token drafts, its cache kept in step with the target's history.
 """
 
 from __future__ import annotations

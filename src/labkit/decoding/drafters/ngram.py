@@ -1,8 +1,5 @@
-"""Drafters propose up to k next tokens; the target verifies them.
-
-Each drafter sees the full token history (prompt + emitted, the last of which is not
-yet in the target's cache) and returns a :class:`Draft`. Draft cost is whatever
-``propose`` spends, timed by the loop. Drafters are made by the factories in ``labkit.decoding.drafters``.
+"""Prompt-lookup (n-gram) drafting: propose the continuation of the longest recent n-gram
+that recurs in the history, from an index updated incrementally as tokens arrive.
 """
 
 from __future__ import annotations
