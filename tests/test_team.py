@@ -116,7 +116,7 @@ def _fake_run(c, *, host: str, build: str, h_ms: float, recipe=None):
     rid, lab = tracking.new_run(c, notebook="01_cost_fit.ipynb", recipe=recipe,
                                 tags={"host.label": host, "engine.build": build, "recipe": recipe.name,
                                       "recipe.effective_hash": recipe.hash, "synthetic": "true"})
-    c.log_metric(rid, "H_ms", h_ms)
+    c.log_metric(rid, "verify/H_ms", h_ms)
     c.set_terminated(rid, "FINISHED")
     time.sleep(0.02)  # distinct start times
     return {"run_id": rid, "id": str(lab), "recipe_hash": recipe.hash}
@@ -142,10 +142,10 @@ def test_latest_and_previous_are_per_host_and_build(store, monkeypatch):
     # compare: newest run per host/build side by side, ratio against the oldest machine
     table, runs = compare(c, recipe_name="default", notebook="01_cost_fit", by=["host", "build"])
     assert [r["run_id"] for r in runs] == [mac["run_id"], other_build["run_id"], new["run_id"]]
-    row = table.set_index("measurement").loc["H_ms"]
+    row = table.set_index("measurement").loc["verify/H_ms"]
     assert row["mac-mini · b9"] == 10.0 and row["linux-box · b1/mac-mini · b9"] == pytest.approx(2.2)
     table, runs = compare(c, recipe_name="default", notebook="01_cost_fit", by=["host"], baseline="linux-box")
-    assert table.set_index("measurement").loc["H_ms", "mac-mini/linux-box"] == pytest.approx(10.0 / 22.0)
+    assert table.set_index("measurement").loc["verify/H_ms", "mac-mini/linux-box"] == pytest.approx(10.0 / 22.0)
     assert "| measurement | linux-box | mac-mini | mac-mini/linux-box |" in render(table, "md")
     assert r"\begin{tabular}{lrrr}" in render(table, "latex") and "H\\_ms" in render(table, "latex")
     assert render(table, "csv").splitlines()[0] == "measurement,linux-box,mac-mini,mac-mini/linux-box"
@@ -264,7 +264,7 @@ def test_server_down_mid_notebook_then_sync_replays_the_journal(tmp_path):
         server.start()  # same database, same artifacts, same port: the server is back
         c = tracking_client(server.url)
         before = c.get_run(res["run_id"])
-        assert before.info.status == "RUNNING" and "H_ms" not in before.data.metrics
+        assert before.info.status == "RUNNING" and "verify/H_ms" not in before.data.metrics
         r = _cli(["sync", str(out)], env=env, cwd=ROOT, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
         assert _last_json(r)["written"] > 0
@@ -272,15 +272,15 @@ def test_server_down_mid_notebook_then_sync_replays_the_journal(tmp_path):
         assert run.info.status == "FINISHED" and run.data.tags["lab.status"] == "FINISHED"
         assert len(c.list_artifacts(res["run_id"], "cells")) == n_cells
         assert run.data.tags["lab.cells"] == str(n_cells) and run.data.tags.get("engine.build")
-        assert {"H_ms", "H_ms.lo", "verify_a_ms", "verify_b_ms", "verify_r2", "lab.seconds"} <= set(run.data.metrics)
+        assert {"verify/H_ms", "verify/H_ms.lo", "verify/a_ms", "verify/b_ms", "verify/r2", "lab/seconds"} <= set(run.data.metrics)
         assert run.data.params["kv_depth"] == "32"
         names = {a.path for a in c.list_artifacts(res["run_id"], "figures")}
         assert {"figures/cost-fit", "figures/cost-fit-m2-parity"} <= names
         # idempotent: a second sync (every journal re-checked) writes nothing
         r = _cli(["sync", "--recheck", str(out)], env=env, cwd=ROOT, timeout=300)
         assert r.returncode == 0 and _last_json(r)["written"] == 0, r.stderr[-3000:]
-        assert len(c.get_metric_history(res["run_id"], "H_ms")) == 1
-        assert len(c.get_metric_history(res["run_id"], "lab.cell_duration_s")) == n_cells - 2
+        assert len(c.get_metric_history(res["run_id"], "verify/H_ms")) == 1
+        assert len(c.get_metric_history(res["run_id"], "lab/cell_duration_s")) == n_cells - 2
         # and what was replayed reads back like any run's
         r = _cli(["regen", f"{res['id']}/cost-fit", "--out", str(tmp_path / "regen")], env=env, cwd=ROOT, timeout=300)
         assert r.returncode == 0 and _last_json(r)["identical"], r.stderr[-3000:]
@@ -363,7 +363,7 @@ def test_two_clones_two_hosts_one_team_server(team_server, tmp_path):
         assert run.data.tags["host.accelerator"] and run.data.tags.get("engine.build")
         n_cells = _code_cells(r["executed"])
         assert len(c.list_artifacts(r["run_id"], "cells")) == n_cells == int(run.data.tags["lab.cells"])
-        assert "H_ms" in run.data.metrics
+        assert "verify/H_ms" in run.data.metrics
     # each clone reads the other's run: show and regen, artifacts through the server
     for here, there in (("host-b", "host-a"), ("host-a", "host-b")):
         env = _env(clones[here], team_server, LABKIT_HOST_LABEL=here)

@@ -48,7 +48,7 @@ def test_tool_suite_runs_at_the_candidate_and_logs_task_pairs(book):
     g = pairs[pairs["mode"] == "greedy"]
     row = paired[paired["mode"] == "greedy"].iloc[0]
     assert row["lost"] == int((g["correct_off"] & ~g["correct_on"]).sum()) and 0 <= row["mcnemar_p"] <= 1
-    assert "toolsuite.mcnemar_p.ngram" in run.data.metrics
+    assert "toolsuite/mcnemar_p.ngram" in run.data.metrics
     assert set(paired["k"]) == set(pairs["k"]) == {want["k"]}  # the suite itself ran at the candidate's n_max
 
 

@@ -132,7 +132,7 @@ class Replay:
             tracking.log_json(self.c, self.rid, clean, f"cells/c{idx:03d}.json")
             self.counts["artifacts"] += 1
         if rec.get("duration_s") is not None:
-            self._metric("lab.cell_duration_s", rec["duration_s"], idx)
+            self._metric("lab/cell_duration_s", rec["duration_s"], idx)
         if int(self.run.data.tags.get("lab.cells", 0) or 0) < idx:
             self._tags({"lab.cells": str(idx)})
 
