@@ -135,7 +135,7 @@ def test_refuses_what_it_cannot_do_before_decoding(multi, prompts):
 
 def test_bench_concurrency_rows_and_batch_cost(multi, prompts):
     res = concurrency.bench_concurrency(multi, prompts[:2], cs=[1, 2], ks=[0, 2], make_drafter=NgramDrafter,
-                                        runs=1, max_tokens=12)
+                                        runs=1, max_tokens=8)
     rows = {(r["c"], r["k"]): r for r in res["rows"]}
     assert set(rows) == {(1, 0), (1, 2), (2, 0), (2, 2)}
     for (c, k), r in rows.items():

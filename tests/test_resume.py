@@ -32,8 +32,10 @@ from labkit.provenance import resume, tracking
 from labkit.suites import qc, toolsuite
 from labkit.suites.workloads import load_workload
 
+# protocol full: every k measured, so the arm set does not depend on timings (stepwise stops
+# at the first losing step)
 TINY = {"k": [0, 2], "workloads": ["edit"], "prompts_per_workload": 2, "runs": 1, "max_tokens": 16,
-        "drafters": ["ngram"], "temperatures": [0.0]}
+        "drafters": ["ngram"], "temperatures": [0.0], "protocol": "full"}
 ARM = ["prompt", "temperature", "run", "drafter", "k"]  # what identifies an arm in the sweep-runs table
 SRC = Path(labkit.__file__).resolve().parents[1]
 

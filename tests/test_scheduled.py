@@ -346,11 +346,17 @@ def test_results_matrix_shows_a_contended_sweep(store):
         "recipe": "synthetic", "recipe.effective_hash": "feedfeedfeed", "lab.id": "LAB:02-feedfe-aaaaa",
         "machine.busy": "0.63", "machine.contended": "true"}).info.run_id
     cells = pd.DataFrame({"temperature": [0.0, 0.0], "workload": ["edit", "edit"], "drafter": ["none", "ngram"],
-                          "k": [0, 3], "tok_s": [10.0, 15.0], "speedup": [1.0, 1.5], "acceptance": [None, 0.8]})
+                          "k": [0, 3], "tok_s": [10.0, 15.0], "tok_s_min": [9.0, 14.0], "tok_s_max": [11.0, 16.0],
+                          "speedup": [1.0, 1.5], "speedup_min": [1.0, 1.4], "speedup_max": [1.0, 1.6]})
+    runs = pd.DataFrame({"temperature": [0.0, 0.0], "cold": [False, False], "workload": ["edit", "edit"],
+                         "drafter": ["none", "ngram"], "k": [0, 3], "drafts_reaching_pos": [[], [10, 8, 6]],
+                         "acc_pos": [[], [8, 6, 4]], "drafted": [0, 24], "accepted": [0, 18],
+                         "ttft_ms": [50.0, 50.0], "prompt_tokens": [100, 100]})
     c.log_text(rid, frames.frame_to_json(cells), "tables/sweep-cells/data.json")
+    c.log_text(rid, frames.frame_to_json(runs), "tables/sweep-runs/data.json")
     c.set_terminated(rid, "FINISHED")
     m = results_matrix(c)
-    assert m.set_index("id").loc["LAB:02-feedfe-aaaaa", "box busy"] == "63% by others, CONTENDED"
+    assert m.set_index("source").loc["LAB:02-feedfe-aaaaa", "box"] == "63% by others, CONTENDED"
 
 
 # -- drift that pages, progress on stderr ------------------------------------------------------

@@ -50,9 +50,9 @@ def _values(c, notebook: str, run) -> pd.Series:
         s = cells.groupby(["workload", "drafter", "k"])["tok_s"].median()
         s.index = [f"{w} {d} k={int(k)} tok/s" for w, d, k in s.index]
         return s
-    m = canonical_metrics(run.data.metrics)  # runs from before the section/name keys read the same
-    return pd.Series({k: v for k, v in sorted(m.items()) if not k.endswith((".lo", ".hi")) and not k.startswith("lab/")},
-                     dtype=float)
+    m = canonical_metrics(run.data.metrics)  # runs from before the section/name keys line up too
+    return pd.Series({k: v for k, v in sorted(m.items())
+                      if not k.endswith((".lo", ".hi")) and not k.startswith(("lab/", "system/"))}, dtype=float)
 
 
 def compare(c, *, recipe_name: str, notebook: str = "02_k_sweep", by: list[str] | None = None,

@@ -46,7 +46,16 @@ class Section:
 def _run_meta(run) -> dict:
     t = run.data.tags
     return {"recipe": t.get("recipe"), "host": evidence.host_label(t), "model": t.get("model.name"),
-            "model_sha256": (t.get("model.sha256") or "")[:12], "source": t.get("lab.id")}
+            "model_sha256": (t.get("model.sha256") or "")[:12], "box": _busy(t), "source": t.get("lab.id")}
+
+
+def _busy(tags: dict) -> str:
+    """How busy the box was while the run measured (its ``machine.*`` tags, see
+    provenance.machine_state): a contended sweep must not pass as this machine's speed."""
+    if tags.get("machine.busy") is None:
+        return "not recorded"
+    text = f"{float(tags['machine.busy']):.0%} by others"
+    return text + ", CONTENDED" if tags.get("machine.contended") == "true" else text
 
 
 def _source(run, tables: list[str]) -> dict:
@@ -185,7 +194,7 @@ def _num(x) -> str:
 
 
 def _display_e(df: pd.DataFrame) -> pd.DataFrame:
-    keys = ["recipe", "host", "model", "model_sha256", "spill"]
+    keys = ["recipe", "host", "model", "model_sha256", "spill", "box"]
     rows = []
     for key, g in df.groupby(keys, sort=False, dropna=False):
         base = g[g["n_max"] == 0]
