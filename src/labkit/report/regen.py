@@ -81,7 +81,7 @@ def _rerun(c, run, specs: list[dict], out_dir: Path, progress) -> dict:
         raise LabkitError("the run records no notebook", "only runs made by notebooks can be rerun")
     discover([nb])
     summary = reproduce(recipe=params.pop("recipe", None), only=[nb], out_dir=str(out_dir / "rerun"),
-                        params=params, progress=progress)
+                        params=params, progress=progress, auto_resume=False)  # a rerun re-measures
     res = summary["results"][0]
     if res["status"] != "FINISHED":
         return {"new_id": res["id"], "status": res["status"], "error": res["error"], "within_noise": False}
