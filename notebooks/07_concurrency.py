@@ -27,7 +27,7 @@
 recipe = "default"
 concurrency = None  # c values; None: the recipe's (the production concurrency is always added)
 production_concurrency = None
-k = None  # None: 0 and the best n-gram k of the newest 02_k_sweep (a recipe listing <= 2 nonzero k: those)
+k = None  # None means 0 and the best n-gram k of the newest 02_k_sweep, or a recipe's own k list of two or fewer
 workload = "edit"
 prompts_per_workload = 4
 max_tokens = 48

@@ -10,6 +10,7 @@ import nbformat
 import pytest
 
 from labkit.config.recipe import RECIPE_FIELDS
+from labkit.errors import LabkitError
 from labkit.provenance.reproduce import declared_parameters, notebooks_dir
 
 NOTEBOOKS = sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
@@ -52,3 +53,18 @@ def test_notebooks_are_thin(nb):
             # loops over measurements belong in labkit (a comprehension building drafters is fine)
             assert not isinstance(node, (ast.For, ast.While, ast.AsyncFor)), f"{nb.name}: a loop in a notebook cell"
         assert len(cell.source.splitlines()) <= 25, f"{nb.name}: a long cell belongs in src/labkit"
+
+
+def test_a_parameter_line_papermill_cannot_parse_is_refused(tmp_path):
+    """Papermill skips a parameters line it cannot parse (a warning only); the run would then
+    refuse that parameter as undeclared. Refuse at the cell instead, naming the line."""
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                          "language": "python"}})
+    cell = nbformat.v4.new_code_cell('recipe = "default"\nk = None  # (a list: <= 2 values)\n')
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells.append(cell)
+    p = tmp_path / "bad.ipynb"
+    nbformat.write(nb, p)
+    with pytest.raises(LabkitError) as e:
+        declared_parameters(p)
+    assert "'k'" in e.value.problem and "<= 2 values" in e.value.problem

@@ -145,9 +145,17 @@ def test_stepwise_protocol_on_the_real_engine(engine, edit_prompt):
                       P.Thresholds(min_speedup=0.01, min_acceptance=0.0), runs=1, max_tokens=12, suite_check=suite,
                       residency={"spilled_experts": True, "label": "SYNTHETIC test residency"}, warn=lambda m: None)
     steps = res["steps"]
+    th = P.Thresholds(min_speedup=0.01, min_acceptance=0.0)
     assert list(steps["k"]) == [1, 2] and list(steps["passed"]) == [True, False]
-    assert "tool suite out of band: regression" in steps.iloc[1]["stop_reason"]
-    assert calls == [("ngram", 1), ("ngram", 2)]
+    # k=2 stops either way; which check stopped it depends on the measured timings, so the
+    # test asks the protocol to be consistent with what it measured: the suite (the dearest
+    # check) runs only where the timing criteria pass, and its regression is named when it ran
+    timing = P.failures(steps.iloc[1].to_dict(), previous=steps.iloc[0].to_dict(), th=th)
+    if timing:
+        assert calls == [("ngram", 1)] and timing[0] in steps.iloc[1]["stop_reason"]
+    else:
+        assert calls == [("ngram", 1), ("ngram", 2)]
+        assert "tool suite out of band: regression" in steps.iloc[1]["stop_reason"]
     assert res["winner"]["k"] == 1 and res["winner"]["drafter"] == "ngram"
     assert "ngram: stopped at k=2" in res["stopped"]
     assert len(res["warnings"]) == 1 and "never jump to n_max=3" in res["warnings"][0]
@@ -197,10 +205,11 @@ def sweep_run(c, recipe, *, winner: dict | None):
     measurements are not needed to write the winner back: only its tags and params)."""
     import json
 
-    from labkit.provenance import tracking
+    from labkit.provenance import fingerprint, tracking
 
     rid, lab = tracking.new_run(c, notebook="02_k_sweep.ipynb", recipe=recipe,
-                                tags={"recipe.sweep_hash": recipe.sweep_hash, "recipe": recipe.name})
+                                tags={"recipe.sweep_hash": recipe.sweep_hash, "recipe": recipe.name,
+                                      "host.label": fingerprint.host_label()[0]})  # "latest" is per host
     for f in recipe.SWEEP_FIELDS:
         c.log_param(rid, f"recipe.{f}", json.dumps(getattr(recipe, f)))
     if winner is not None:

@@ -249,6 +249,19 @@ def test_output_folders_are_unique_within_one_second(tmp_path):
 
 
 @pytest.mark.slow  # papermill
+def test_a_team_server_locks_per_host_label_and_a_sqlite_store_per_file(tmp_path, monkeypatch):
+    from labkit.provenance import runlock
+
+    monkeypatch.setenv("LABKIT_HOST_LABEL", "host-a")
+    a = runlock.lock_paths("http://127.0.0.1:5005")
+    assert a == runlock.lock_paths("http://127.0.0.1:5005") and a[0].name == runlock.LOCK_NAME
+    assert a[1] != runlock.lock_paths("http://127.0.0.1:5006")[1]  # another server
+    monkeypatch.setenv("LABKIT_HOST_LABEL", "host-b")
+    assert runlock.lock_paths("http://127.0.0.1:5005")[1] != a[1]  # another host on the same server
+    db = tmp_path / "mlflow.db"
+    assert runlock.lock_paths(f"sqlite:///{db}")[1] == db.with_name("mlflow.db" + runlock.LOCK_NAME)
+
+
 def test_two_reproductions_started_in_the_same_second_never_mix(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "85_pair.ipynb", [
         'recipe = "default"\nwho = "nobody"', START, "import time\ntime.sleep(4)\nlab.metric('done', 1.0)"])

@@ -68,7 +68,28 @@ def declared_parameters(nb: Path) -> dict:
             f"{nb.name} has no cell tagged 'parameters'",
             "tag the notebook's first code cell 'parameters' (JupyterLab: property inspector > cell tags)",
         )
+    missed = [a for a in _assigned(nb) if a[0] not in declared]
+    if missed:  # papermill only logs "Unable to parse line"; the parameter would then be refused as unknown
+        name, line = missed[0]
+        raise LabkitError(f"papermill cannot parse the parameters cell of {nb.name} at {line!r}, so {name!r} "
+                          "would not be a parameter",
+                          "keep each parameter on one line as `name = value  # comment`, with no '<', '>' or "
+                          "brackets in the comment")
     return declared
+
+
+def _assigned(nb: Path) -> list[tuple[str, str]]:
+    """(name, source line) of each top-level assignment in the notebook's parameters cell."""
+    import ast
+
+    import nbformat
+
+    for cell in nbformat.read(nb, as_version=4).cells:
+        if "parameters" in cell.metadata.get("tags", []):
+            lines = cell.source.splitlines()
+            return [(t.id, lines[node.lineno - 1]) for node in ast.parse(cell.source).body
+                    if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
+    return []
 
 
 def route_parameters(nbs: list[Path], params: dict) -> dict[Path, dict]:

@@ -4,7 +4,8 @@ Two reproductions started in the same second used to share one output folder: on
 journal received both runs' records and each summary overwrote the other. Folders are
 now unique (``output_folder``), and a reproduction also holds an exclusive lock on its
 checkout (``runs/.labkit-reproduce.lock``) and on its store (beside a SQLite database,
-else a per-URI file in the cache), so two of them never measure at once on one box or
+else a file in the cache per server URI and host label: a team server takes one
+reproduction from each host at a time), so two of them never measure at once on one box or
 into one store. A second one refuses, naming the first (pid, host, start time, the LAB ID
 it is running), or waits for it with ``wait``.
 
@@ -52,8 +53,10 @@ def lock_paths(tracking_uri: str) -> list[Path]:
     if tracking_uri.startswith("sqlite:///"):
         db = Path(tracking_uri[len("sqlite:///"):])
         paths.append(db.with_name(db.name + LOCK_NAME))
-    else:
-        key = hashlib.sha256(tracking_uri.encode()).hexdigest()[:12]
+    else:  # a team server takes runs from many hosts at once: one reproduction per host label on it
+        from labkit.provenance.fingerprint import host_label
+
+        key = hashlib.sha256(f"{tracking_uri}\n{host_label()[0]}".encode()).hexdigest()[:12]
         paths.append(cache_dir() / "locks" / f"store-{key}{LOCK_NAME}")
     return paths
 

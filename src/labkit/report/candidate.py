@@ -3,7 +3,8 @@
 In order: an explicit ``toolsuite_k`` override (``-p toolsuite_k=…``); the recipe's
 ``n_max`` (and ``n_max_drafter``), which ``labkit advise --write`` puts there from the
 evidence; the stepwise protocol's winner from the newest sweep (its ``protocol.winner``
-tag); the best global default of the newest sweep
+tag; when it found none, its first measured step, so that the reject is shown and
+judged); the best global default of the newest sweep
 (the k with the best geometric-mean speedup over the workloads, greedy). With no sweep
 at all, the recipe's ``toolsuite_k``. The answer always says which rule chose it and
 which run (or file) backs it.
@@ -28,8 +29,15 @@ def candidate(c, recipe, sweep: evidence.Sweep | None = None) -> dict:
     sw = sweep if sweep is not None else evidence.sweep(c, recipe)
     if sw.winner and sw.winner.get("k") is not None:
         src = sw.winner.get("source") or sw.id
-        return _with_why({"drafter": sw.winner.get("drafter") or first, "k": int(sw.winner["k"]),
-                          "how": f"the stepwise protocol's winner [{src}]", "source": src})
+        if int(sw.winner["k"]) > 0:
+            return _with_why({"drafter": sw.winner.get("drafter") or first, "k": int(sw.winner["k"]),
+                              "how": f"the stepwise protocol's winner [{src}]", "source": src})
+        lost = first_loss(sw.steps)
+        if lost is not None:  # no winner: judge the first step the protocol measured, so the reject is shown
+            return _with_why({"drafter": lost["drafter"], "k": lost["k"], "source": src,
+                              "how": f"the stepwise protocol found no winning n_max [{src}]: its first measured "
+                                     f"step, {lost['drafter']} n_max={lost['k']} ({lost['why']}), is the candidate "
+                                     "judged"})
     if sw.cells is not None:
         best = best_default(sw.cells)
         if best is not None:
@@ -42,6 +50,21 @@ def candidate(c, recipe, sweep: evidence.Sweep | None = None) -> dict:
 
 def _with_why(c: dict) -> dict:
     return {**c, "why": c["how"]}  # notebooks print "why"; worksheets cite "how"
+
+
+def first_loss(steps) -> dict | None:
+    """The measured step, at the smallest k, with the best end-to-end speedup: what the
+    protocol would have turned on had it won (None without a protocol-steps table)."""
+    if steps is None or steps.empty:
+        return None
+    measured = steps[steps["measured"].fillna(True).astype(bool)] if "measured" in steps else steps
+    measured = measured[measured["k"] > 0]
+    if measured.empty:
+        return None
+    at = measured[measured["k"] == measured["k"].min()]
+    top = at.loc[at["e2e_speedup"].astype(float).idxmax()]
+    return {"drafter": str(top["drafter"]), "k": int(top["k"]),
+            "why": str(top.get("stop_reason") or "stopped").split(";")[0]}
 
 
 def best_default(cells) -> dict | None:
