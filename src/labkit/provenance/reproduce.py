@@ -277,7 +277,7 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     results: list[dict] = []
-    parent = None
+    parent = parent_pending = None
     try:
         with runlock.hold(runlock.lock_paths(tracking.tracking_uri()), info, wait=wait, progress=progress) as lock:
             c = tracking.client()  # inside the lock: a new store's schema is created once, not twice at once
@@ -306,11 +306,11 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
                                 routed[later]["sweep"] = res["id"]
                 results.append(res)
                 (out / "summary.json").write_text(json.dumps({"results": results}, indent=1, default=str))
-            tracking.finish_parent(c, parent, results)
+            parent_pending = _close_parent(c, parent, tracking.parent_close(parent, results), out, progress)
     except (KeyboardInterrupt, Terminated) as e:
         if parent is not None:
-            tracking.set_tags(c, parent, {"lab.interrupted": type(e).__name__})
-            c.set_terminated(parent, "KILLED")
+            _close_parent(c, parent, tracking.parent_close(parent, results, status="KILLED",
+                                                           tags={"lab.interrupted": type(e).__name__}), out, progress)
         if out is not None and out.is_dir():
             (out / "summary.json").write_text(json.dumps(
                 {"ok": False, "interrupted": type(e).__name__, "output": str(out), "results": results},
@@ -322,12 +322,31 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
     pending = [r["journal"] for r in results if "sync" in r]  # finished, but not all in the store yet
+    pending += [parent_pending] if parent_pending else []
     ok = all(r["status"] == "FINISHED" for r in results) and not pending
     moved = sum(len((r.get("comparison") or {}).get("moved", [])) for r in results)
     summary = {"ok": ok, "pending_sync": pending, "output": str(out), "tracking_uri": tracking.tracking_uri(),
                "recipe": eff.name, "recipe_hash": eff.hash, "moved": moved, "results": results}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
+
+
+def _close_parent(c, parent: str, rec: dict, out: Path | None, progress) -> str | None:
+    """Close the parent run; when the store does not answer, journal the close beside the
+    notebooks' journals (``labkit sync`` applies it) and return that journal's path."""
+    try:
+        tracking.finish_parent(c, parent, rec)
+        return None
+    except Exception as e:  # the store went away: never lose the reproduction's summary over it
+        if out is None:
+            raise
+        journal = out / "reproduce.parent.jsonl"
+        with open(journal, "a") as f:
+            f.write(json.dumps(rec, default=str) + "\n")
+        if progress:
+            progress(f"MLflow did not answer while closing the parent run ({type(e).__name__}); its close is in "
+                     f"{journal}: run `labkit sync` when the store is back")
+        return str(journal)
 
 
 def _resume_sources(c, nbs: list[Path], routed: dict, source, auto: bool, progress) -> dict:

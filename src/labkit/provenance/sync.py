@@ -191,7 +191,8 @@ def apply_close(c, rid: str, rec: dict, *, have: dict | None = None, history: se
         if p.exists() and (have is None or have.get(f"notebook/{p.name}", -1) != p.stat().st_size):
             c.log_artifact(rid, str(p), "notebook")
             counts["artifacts"] += 1
-    tags = {"lab.status": rec["status"], **({"lab.error": rec["error"][:5000]} if rec.get("error") else {})}
+    tags = {"lab.status": rec["status"], **({"lab.error": rec["error"][:5000]} if rec.get("error") else {}),
+            **{k: str(v)[:5000] for k, v in (rec.get("tags") or {}).items()}}
     for k, v in tags.items():
         if run is None or run.data.tags.get(k) != v:
             c.set_tag(rid, k, v)

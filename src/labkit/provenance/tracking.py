@@ -233,6 +233,7 @@ def new_parent_run(c, *, recipe, notebooks: list[str], output: str, tags: dict |
     run = c.create_run(exp, run_name=name, tags={k: str(v)[:5000] for k, v in (tags or {}).items()})
     rid = run.info.run_id
     ui = {"mlflow.source.name": "labkit reproduce", "mlflow.source.type": "LOCAL", "lab.output": output,
+          "lab.run": parent_key(rid),  # so `labkit sync` finds it when its close had to be journaled
           "lab.notebooks": ", ".join(notebooks), "recipe.effective_hash": recipe.hash}
     commit = (tags or {}).get("git.commit")
     if commit and commit != "unknown":
@@ -242,14 +243,24 @@ def new_parent_run(c, *, recipe, notebooks: list[str], output: str, tags: dict |
     return rid
 
 
-def finish_parent(c, run_id: str, results: list[dict]) -> None:
-    """Close the parent run: FINISHED when every notebook finished, else FAILED; its note
-    lists each child's LAB ID and status."""
+def parent_key(run_id: str) -> str:
+    return f"reproduce-{run_id}"
+
+
+def parent_close(run_id: str, results: list[dict], *, status: str | None = None, tags: dict | None = None) -> dict:
+    """The parent run's close as a journal record: FINISHED when every notebook finished,
+    else FAILED (or ``status``); its note lists each child's LAB ID and status."""
     lines = [f"- `{r['notebook']}` [{r['id']}] {r['status']}" + (f": {r['error']}" if r.get("error") else "")
              for r in results]
-    status = "FINISHED" if results and all(r["status"] == "FINISHED" for r in results) else "FAILED"
-    set_tags(c, run_id, {"mlflow.note.content": "labkit reproduce\n\n" + "\n".join(lines)})
-    c.set_terminated(run_id, status)
+    status = status or ("FINISHED" if results and all(r["status"] == "FINISHED" for r in results) else "FAILED")
+    return {"run": parent_key(run_id), "type": "close", "status": status,
+            "tags": {"mlflow.note.content": "labkit reproduce\n\n" + "\n".join(lines), **(tags or {})}}
+
+
+def finish_parent(c, run_id: str, rec: dict) -> None:
+    """Apply ``parent_close``'s record to the store."""
+    set_tags(c, run_id, rec["tags"])
+    c.set_terminated(run_id, rec["status"])
 
 
 def find_run(c, run_key: str, *, missing_ok: bool = False):
