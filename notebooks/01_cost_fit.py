@@ -43,7 +43,8 @@ res = verify_cost.bench_verify(engine, m_values=R.verify_m, rounds=R.verify_roun
 samples = costmodel.verify_frame(res)
 H = res["H_ms"]
 lab.metric("verify/H_ms", H["median"], lo=H["min"], hi=H["max"])
-lab.table("verify-per-m", costmodel.per_m_table(res), noise={"median_ms": ["min_ms", "max_ms"], "key": ["m"]})
+lab.table("verify-per-m", costmodel.per_m_table(res), noise={"median_ms": ["min_ms", "max_ms"],
+                                                            "x_H": ["x_H_min", "x_H_max"], "key": ["m"]})
 
 # %% [markdown]
 # The fit on every sample, and the fit of what is actually there: the one-row step runs

@@ -163,6 +163,21 @@ def test_regen_rerun_compares_within_noise(cost_run, store, tmp_path):
     assert not compare_frames(old, doubled, noise=spec["noise"])["within_noise"]
 
 
+def test_a_ratio_of_two_noisy_measurements_is_compared_within_both_ranges():
+    from labkit.analysis import costmodel
+
+    res = {"verify": [{"m": 1, "median": 10.0, "min": 9.0, "max": 11.0, "n": 3}],
+           "H_ms": {"median": 10.0, "min": 9.0, "max": 12.0}}
+    old = costmodel.per_m_table(res)
+    assert (old["x_H_min"].iloc[0], old["x_H_max"].iloc[0]) == (9.0 / 12.0, 11.0 / 9.0)
+    new = old.assign(x_H=1.15)  # H moved within its own range: the ratio moves 15%
+    assert compare_frames(old, new, noise={"median_ms": ["min_ms", "max_ms"], "x_H": ["x_H_min", "x_H_max"],
+                                           "key": ["m"]})["within_noise"]
+    assert not compare_frames(old, new, noise={"median_ms": ["min_ms", "max_ms"], "key": ["m"]})["within_noise"]
+    assert not compare_frames(old, old.assign(x_H=1.5), noise={"median_ms": ["min_ms", "max_ms"],
+                                                                "x_H": ["x_H_min", "x_H_max"], "key": ["m"]})["within_noise"]
+
+
 def test_compare_frames_logic():
     import pandas as pd
 

@@ -23,8 +23,12 @@ def per_m_table(res: dict) -> pd.DataFrame:
     """verify(m): median and range per m, and the ratio to the plain step H."""
     rows = [(r["m"], r["median"], r["min"], r["max"], r["n"]) for r in res["verify"]]
     df = pd.DataFrame(rows, columns=["m", "median_ms", "min_ms", "max_ms", "n"])
-    h = res["H_ms"]["median"] if res.get("H_ms") else None
+    H = res.get("H_ms") or {}
+    h = H.get("median")
     df["x_H"] = df["median_ms"] / h if h else None
+    if h and H.get("min") and H.get("max"):  # the ratio's own range: both measurements' noise
+        df["x_H_min"] = df["min_ms"] / H["max"]
+        df["x_H_max"] = df["max_ms"] / H["min"]
     return df
 
 
