@@ -236,3 +236,15 @@ def test_candidate_when_the_protocol_found_no_winner_is_its_first_measured_step(
     assert (got["drafter"], got["k"]) == ("model", 1) and got["source"] == "LAB:02-aaaaaa-bbbbb/protocol-steps"
     assert "found no winning n_max" in got["how"] and "loses end-to-end: k=1 e2e 0.97x" in got["how"]
     assert candidate.first_loss(None) is None and candidate.first_loss(steps.iloc[2:]) is None
+
+
+def test_a_step_the_replay_decided_reads_not_measured():
+    """SYNTHETIC steps: a step the replay ruled out has no measured speedup (NaN), never "nan×"."""
+    steps = pd.DataFrame([
+        {"drafter": "model", "k": 1, "e2e_speedup": float("nan"), "acceptance": None, "first_token_acceptance": None,
+         "passed": False, "measured": False, "stop_reason": "loses end-to-end (predicted by replay, not measured)"},
+        {"drafter": "ngram", "k": 1, "e2e_speedup": 1.06, "acceptance": 0.89, "first_token_acceptance": 0.89,
+         "passed": True, "measured": True, "stop_reason": ""}])
+    text = decision.steps_text(steps, None, "ngram", "ngram: stopped at k=2")
+    assert "model n_max=1: not measured (stop: loses end-to-end (predicted by replay" in text and "nan" not in text
+    assert "ngram n_max=1: acceptance 89% (first token 89%), end-to-end 1.06× (pass)" in text

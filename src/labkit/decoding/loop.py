@@ -28,6 +28,16 @@ from labkit.errors import LabkitError
 DEFAULT_MAX_TOKENS = 128
 
 
+def check_step_args(k: int, temperature: float, *, has_drafter: bool, drafter_hint: str) -> None:
+    """The checks every decoding loop makes on k, its drafter and the temperature."""
+    if k < 0:
+        raise LabkitError(f"k = {k} is negative", "use k >= 0 (k = 0 is plain decoding)")
+    if k > 0 and not has_drafter:
+        raise LabkitError(f"k = {k} needs a drafter", f"{drafter_hint}, or k = 0")
+    if temperature < 0:
+        raise LabkitError(f"temperature {temperature} is negative", "use 0 (greedy) or a positive value")
+
+
 def generate(
     engine,
     prompt: Sequence[int],
@@ -50,12 +60,7 @@ def generate(
     generations (a few-shot preamble), kept in the cache(s) between them; the prefill
     record's m then counts the rows actually decoded (see ``Engine.prefill``).
     """
-    if k < 0:
-        raise LabkitError(f"k = {k} is negative", "use k >= 0 (k = 0 is plain decoding)")
-    if k > 0 and drafter is None:
-        raise LabkitError(f"k = {k} needs a drafter", "pass --drafter ngram|model|mtp, or k = 0")
-    if temperature < 0:
-        raise LabkitError(f"temperature {temperature} is negative", "use 0 (greedy) or a positive value")
+    check_step_args(k, temperature, has_drafter=drafter is not None, drafter_hint="pass --drafter ngram|model|mtp")
     if not prompt:
         raise LabkitError("the prompt is empty", "give at least one token")
     engine.check_fits(len(prompt) + max_tokens + k - engine.n_past,

@@ -34,6 +34,7 @@ import numpy as np
 
 from labkit.decoding.drafters.base import Draft, Drafter
 from labkit.decoding.gate import AcceptanceGate
+from labkit.decoding.loop import check_step_args
 from labkit.decoding.records import StepRecord
 from labkit.decoding.sampling import accept_or_resample, sample, softmax
 from labkit.errors import LabkitError
@@ -104,12 +105,7 @@ def generate_many(
     """
     if c < 1:
         raise LabkitError(f"c = {c}", "use c >= 1 concurrent streams")
-    if k < 0:
-        raise LabkitError(f"k = {k} is negative", "use k >= 0 (k = 0 is plain decoding)")
-    if k > 0 and make_drafter is None:
-        raise LabkitError(f"k = {k} needs a drafter", "pass a drafter factory, or k = 0")
-    if temperature < 0:
-        raise LabkitError(f"temperature {temperature} is negative", "use 0 (greedy) or a positive value")
+    check_step_args(k, temperature, has_drafter=make_drafter is not None, drafter_hint="pass a drafter factory")
     if c > getattr(engine, "n_seq_max", 1):
         raise LabkitError(f"c = {c} streams but the engine holds {getattr(engine, 'n_seq_max', 1)} sequences",
                           "open the engine with n_seq_max >= c (labkit opens it for the largest c asked)")

@@ -128,3 +128,22 @@ class Engine(abc.ABC):
             h.update(self.token_text(t).encode("utf-8", "replace"))
             h.update(b"\0")
         return h.hexdigest()[:16]
+
+
+class VocabEngine(Engine):
+    """An engine whose token helpers are its vocabulary object's (``self.tok``: llama.cpp's
+    vocab, or the Hugging Face tokenizer MLX models ship with)."""
+
+    tok: object
+
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
+        return self.tok.tokenize(text, add_bos=add_bos)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self.tok.detokenize(tokens)
+
+    def is_eog(self, token: int) -> bool:
+        return self.tok.is_eog(token)
+
+    def token_text(self, token: int) -> str:
+        return self.tok.token_text(token)

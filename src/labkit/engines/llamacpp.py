@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from labkit.engines import residency as rs
-from labkit.engines.base import Engine, EngineError
+from labkit.engines.base import EngineError, VocabEngine
 from labkit.errors import LabkitError, missing_extra
 
 FTYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q2_K": 10, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
@@ -161,7 +161,7 @@ class LlamaVocab:
             self._owner = None
 
 
-class LlamaCppEngine(Engine):
+class LlamaCppEngine(VocabEngine):
     """A llama.cpp model and context on one sequence.
 
     ``load_mtp`` loads a model's nextn (MTP) layers, so that an MTP drafter can make a
@@ -441,19 +441,6 @@ class LlamaCppEngine(Engine):
         rows = self._rows if rows is None else rows
         ptr = self._lc.llama_get_logits(self.ctx)
         return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab)).argmax(axis=1)
-
-    # -- tokens ---------------------------------------------------------------------
-    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
-        return self.tok.tokenize(text, add_bos=add_bos)
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return self.tok.detokenize(tokens)
-
-    def is_eog(self, token: int) -> bool:
-        return self.tok.is_eog(token)
-
-    def token_text(self, token: int) -> str:
-        return self.tok.token_text(token)
 
     # -- provenance -------------------------------------------------------------------
     def meta(self, key: str) -> str | None:

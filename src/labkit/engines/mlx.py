@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.engines.base import Engine, EngineError
+from labkit.engines.base import EngineError, VocabEngine
 from labkit.engines.llamacpp import LlamaVocab
 from labkit.errors import LabkitError, missing_extra
 
@@ -178,7 +178,7 @@ class _HfVocab:
         pass
 
 
-class MlxEngine(Engine):
+class MlxEngine(VocabEngine):
     """An mlx-lm model with a full, trimmable KV cache on one sequence."""
 
     name = "mlx"
@@ -277,19 +277,6 @@ class MlxEngine(Engine):
             self._trim_to(n_past)
         self.n_past = min(self.n_past, n_past)
         del self.kv_tokens[self.n_past :]
-
-    # -- tokens ---------------------------------------------------------------------
-    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
-        return self.tok.tokenize(text, add_bos=add_bos)
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return self.tok.detokenize(tokens)
-
-    def is_eog(self, token: int) -> bool:
-        return self.tok.is_eog(token)
-
-    def token_text(self, token: int) -> str:
-        return self.tok.token_text(token)
 
     # -- provenance -------------------------------------------------------------------
     def describe(self) -> dict:

@@ -65,6 +65,9 @@ def steps_text(steps: pd.DataFrame | None, rows: pd.DataFrame | None, drafter: s
         parts = []
         for s in steps.sort_values(["drafter", "k"]).itertuples():
             verdict = "pass" if bool(s.passed) else f"stop: {s.stop_reason}" if s.stop_reason else "fail"
+            if getattr(s, "measured", True) is False or pd.isna(s.e2e_speedup):  # decided by the replay
+                parts.append(f"{s.drafter} n_max={s.k}: not measured ({verdict})")
+                continue
             parts.append(f"{s.drafter} n_max={s.k}: acceptance {_pct(s.acceptance)} (first token "
                          f"{_pct(s.first_token_acceptance)}), end-to-end {s.e2e_speedup:.2f}× ({verdict})")
         return "; ".join(parts) + f". Stopped: {stopped or 'no protocol.stopped tag'}"
