@@ -69,7 +69,9 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="labkit-shot-"))
     root = base / "notebooks"
     shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    set_params(root / a.notebook, a.p)
+    if a.p:
+        set_params(root / a.notebook, a.p)
+        (root / a.notebook).with_suffix(".py").unlink(missing_ok=True)  # the jupytext pair would now be stale
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
            "MLFLOW_TRACKING_URI": os.environ.get("MLFLOW_TRACKING_URI", f"sqlite:///{base / 'mlflow.db'}"),
            "LABKIT_JOURNAL": str(base / "journal.jsonl")}
@@ -107,13 +109,8 @@ def main() -> int:
                 prompts = [p.text for p in d.find_elements(By.CSS_SELECTOR, ".jp-InputPrompt")]
                 if prompts and not any("*" in p for p in prompts) and any(p.strip("[]: ") for p in prompts):
                     break
-            d.find_element(By.TAG_NAME, "body").send_keys("")
-            shot = browser.screenshot(d, a.out / f"jupyterlab-{Path(a.notebook).stem}-top.png")
-            d.execute_script("document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook').scrollTop = 1e9")
-            time.sleep(2)
-            last = browser.screenshot(d, a.out / f"jupyterlab-{Path(a.notebook).stem}-end.png")
+            shot = browser.screenshot(d, a.out / f"jupyterlab-{Path(a.notebook).stem}.png")  # the view after the run
         print(shot)
-        print(last)
     finally:
         proc.terminate()
         try:
