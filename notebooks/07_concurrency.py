@@ -53,38 +53,47 @@ lab.client.set_tag(lab.run_id, "concurrency.k_source", spec["source"])
 print(f"c = {cs}, k = {ks} ({spec['source']})")
 
 # %%
-ids = conc.tokenize(R, [p.text for p in load_workload(workload, limit=R.prompts_per_workload)])
-per_seq = conc.n_ctx_per_seq(ids, max_tokens=R.max_tokens, ks=ks, n_ctx=R.n_ctx)
-engine = lab.engine(n_seq_max=max(cs), n_ctx=per_seq)
-res = conc.bench_concurrency(engine, ids, cs=cs, ks=ks, make_drafter=conc.drafter_factory(R, engine, spec["drafter"]),
-                             drafter_name=spec["drafter"], runs=R.runs, max_tokens=R.max_tokens, seed=R.seed,
-                             interleave=R.interleave, progress=print)
+skip = lab.skip_if(not conc.has_tokenizer(R), "the model has no tokenizer (SYNTHETIC): the re-bench sends the "
+                   "workload's text through labkit and llama-server")
 
 # %%
-built = serve.ensure_built(progress=print)
-tracking.log_json(lab.client, lab.run_id, built, "llama-server-build.json")
-lab.client.set_tag(lab.run_id, "llama_server.commit", built["llama_cpp_commit"])
-sres = serve.bench_serve(built["path"], str(runtime.resolve_model(R).path), ids, cs=cs, ks=ks, spec_type="ngram-simple",
-                         threads=R.threads or 2, n_ctx_per_slot=per_seq, runs=R.runs, max_tokens=R.max_tokens,
-                         seed=R.seed, interleave=R.interleave, progress=print)
-conc.server_lossless(engine, ids, res["reference"], sres)
+if not skip:
+    ids = conc.tokenize(R, [p.text for p in load_workload(workload, limit=R.prompts_per_workload)])
+    per_seq = conc.n_ctx_per_seq(ids, max_tokens=R.max_tokens, ks=ks, n_ctx=R.n_ctx)
+    engine = lab.engine(n_seq_max=max(cs), n_ctx=per_seq)
+    res = conc.bench_concurrency(engine, ids, cs=cs, ks=ks, make_drafter=conc.drafter_factory(R, engine, spec["drafter"]),
+                                 drafter_name=spec["drafter"], runs=R.runs, max_tokens=R.max_tokens, seed=R.seed,
+                                 interleave=R.interleave, progress=print)
 
 # %%
-df = lab.table("concurrency", ctable.table(res, sres), noise={"agg_tok_s": ["agg_tok_s_min", "agg_tok_s_max"],
-                                                               "key": ["engine", "c", "k"]})
-lab.figure("tok_s_vs_c", df, name="tok-s-vs-c", title=f"{workload}: throughput vs concurrency")
-dips = lab.table("concurrency-dips", ctable.dips(df))
-lab.client.set_tag(lab.run_id, "concurrency.non_monotonic", str(not dips.empty))
+if not skip:
+    built = serve.ensure_built(progress=print)
+    tracking.log_json(lab.client, lab.run_id, built, "llama-server-build.json")
+    lab.client.set_tag(lab.run_id, "llama_server.commit", built["llama_cpp_commit"])
+    sres = serve.bench_serve(built["path"], str(runtime.resolve_model(R).path), ids, cs=cs, ks=ks, spec_type="ngram-simple",
+                             threads=R.threads or 2, n_ctx_per_slot=per_seq, runs=R.runs, max_tokens=R.max_tokens,
+                             seed=R.seed, interleave=R.interleave, progress=print)
+    conc.server_lossless(engine, ids, res["reference"], sres)
 
 # %%
-vm = batchcost.fit(res["batch_steps"])
-lab.table("batch-cost-fit", costmodel.fit_table(vm.fit).assign(H_ms=vm.H))
-lab.figure("verify_cost", batchcost.samples(res["batch_steps"]), name="batch-cost", fit=vm.fit.to_dict(),
-           H_ms=vm.H, title="verify(rows): the shared decode of c streams")
-pred = lab.table("batch-cost-predictions", batchcost.predict(res["rows"], vm))
-print(f"cost model misses > 10%: {int(pred['miss'].sum())} of {len(pred)} arms")
+if not skip:
+    df = lab.table("concurrency", ctable.table(res, sres), noise={"agg_tok_s": ["agg_tok_s_min", "agg_tok_s_max"],
+                                                                   "key": ["engine", "c", "k"]})
+    lab.figure("tok_s_vs_c", df, name="tok-s-vs-c", title=f"{workload}: throughput vs concurrency")
+    dips = lab.table("concurrency-dips", ctable.dips(df))
+    lab.client.set_tag(lab.run_id, "concurrency.non_monotonic", str(not dips.empty))
 
 # %%
-verdict = lab.table("concurrency-verdict", ctable.verdict(df, R.production_concurrency))
-lab.client.set_tag(lab.run_id, "concurrency.verdict", verdict["verdict"].iloc[0])
-print(verdict["verdict"].iloc[0])
+if not skip:
+    vm = batchcost.fit(res["batch_steps"])
+    lab.table("batch-cost-fit", costmodel.fit_table(vm.fit).assign(H_ms=vm.H))
+    lab.figure("verify_cost", batchcost.samples(res["batch_steps"]), name="batch-cost", fit=vm.fit.to_dict(),
+               H_ms=vm.H, title="verify(rows): the shared decode of c streams")
+    pred = lab.table("batch-cost-predictions", batchcost.predict(res["rows"], vm))
+    print(f"cost model misses > 10%: {int(pred['miss'].sum())} of {len(pred)} arms")
+
+# %%
+if not skip:
+    verdict = lab.table("concurrency-verdict", ctable.verdict(df, R.production_concurrency))
+    lab.client.set_tag(lab.run_id, "concurrency.verdict", verdict["verdict"].iloc[0])
+    print(verdict["verdict"].iloc[0])

@@ -188,3 +188,19 @@ def test_a_second_close_does_not_undo_a_newer_drafter(mtp_model, prompt):
         records = loop.run(e, prompt, drafter=new, k=2, max_tokens=8)
         assert sum(len(r.tokens) for r in records) == 8
         new.close()
+
+
+@pytest.mark.slow  # papermill
+def test_the_mtp_recipe_reproduces_end_to_end(store):
+    """experiments/mtp-synthetic.yaml through every notebook: the ones that need text (04's
+    tool suite, 07's re-bench) finish SKIPPED with the reason logged, the rest measure."""
+    from labkit.provenance import reproduce as rp
+    from labkit.provenance import tracking
+
+    s = rp.reproduce(recipe="mtp-synthetic", out_dir=str(store / "mtp-out"), params={"runs": 1, "max_tokens": 8,
+                                                                                      "verify_rounds": 4})
+    assert s["ok"], [(r["notebook"], r["error"]) for r in s["results"]]
+    c = tracking.client()
+    tags = {r["notebook"]: c.get_run(r["run_id"]).data.tags for r in s["results"]}
+    assert "no tokenizer" in tags["07_concurrency"]["lab.skipped"] and "no tokenizer" in tags["04_tool_suite_qc"]["lab.skipped"]
+    assert "lab.skipped" not in tags["02_k_sweep"] and tags["02_k_sweep"]["recipe"] == "mtp-synthetic"

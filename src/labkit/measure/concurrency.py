@@ -92,6 +92,18 @@ def run_stats(records: Sequence[StreamRecord]) -> dict:
     }
 
 
+def has_tokenizer(recipe) -> bool:
+    """Whether the recipe's model has a vocabulary to tokenize text (SYNTHETIC cost models have none)."""
+    from labkit.artifacts.loader import resolve_model
+    from labkit.engines.llamacpp import LlamaVocab
+
+    vocab = LlamaVocab.load(resolve_model(recipe).path)
+    try:
+        return bool(vocab.has_tokenizer)
+    finally:
+        vocab.close()
+
+
 def tokenize(recipe, texts: Sequence[str]) -> list[list[int]]:
     """Token ids of ``texts`` with the recipe model's own vocabulary (no weights loaded)."""
     from labkit.artifacts.loader import resolve_model
