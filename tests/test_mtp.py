@@ -197,10 +197,17 @@ def test_the_mtp_recipe_reproduces_end_to_end(store):
     from labkit.provenance import reproduce as rp
     from labkit.provenance import tracking
 
-    s = rp.reproduce(recipe="mtp-synthetic", out_dir=str(store / "mtp-out"), params={"runs": 1, "max_tokens": 8,
-                                                                                      "verify_rounds": 4})
+    params = {"runs": 1, "max_tokens": 8, "verify_rounds": 4}
+    s = rp.reproduce(recipe="mtp-synthetic", out_dir=str(store / "mtp-out"), params=params)
     assert s["ok"], [(r["notebook"], r["error"]) for r in s["results"]]
     c = tracking.client()
     tags = {r["notebook"]: c.get_run(r["run_id"]).data.tags for r in s["results"]}
     assert "no tokenizer" in tags["07_concurrency"]["lab.skipped"] and "no tokenizer" in tags["04_tool_suite_qc"]["lab.skipped"]
     assert "lab.skipped" not in tags["02_k_sweep"] and tags["02_k_sweep"]["recipe"] == "mtp-synthetic"
+    # the worksheet says why production concurrency has no data, and a keep cannot count it as re-benched
+    from labkit.config.recipe import effective_recipe
+    from labkit.report import worksheet
+
+    rows = {r["item"]: r for r in worksheet.accounting(c, effective_recipe({"recipe": "mtp-synthetic", **params}))}
+    conc = rows["production concurrency (re-bench)"]["candidate"]
+    assert conc.startswith("no data:") and "skipped the re-bench: the model has no tokenizer" in conc

@@ -153,7 +153,8 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
         sel = decision._warm(rs, d, k)["lossless"].dropna()
         lossless = bool(sel.all()) if len(sel) else None
     word, why = decision.candidate_verdict(e2e=e2e, decode=dec["median"] if dec else None, tool_ok=tool_ok,
-                                           lossless=lossless, concurrency=conc.run is not None)
+                                           lossless=lossless,
+                                           concurrency=conc.run is not None and "lab.skipped" not in conc.run.data.tags)
     spec = decision.speculation_words(sw.cells, cand, steps=sw.steps, stopped=sw.stopped,
                                       configured=getattr(recipe, "n_max", None)) if sw.cells is not None else None
     add(ITEMS[10], "-", f"{word}: {d} n_max={k}" + (f" ({'; '.join(why)})" if why else ""),
@@ -226,7 +227,9 @@ def _concurrency(c, conc, recipe) -> tuple[str, str, str]:
     table = evidence.table_or_none(c, conc.run, "concurrency")
     verdict = evidence.table_or_none(c, conc.run, "concurrency-verdict")
     if table is None or table.empty:
-        nd = evidence.no_data(f"{conc.id} logged no concurrency table")
+        skipped = conc.run.data.tags.get("lab.skipped")
+        nd = evidence.no_data(f"{conc.id} skipped the re-bench: {skipped}" if skipped
+                              else f"{conc.id} logged no concurrency table")
         return nd, nd, ""
     at = want if want is not None and (table["c"] == want).any() else int(table["c"].max())
     g = table[table["c"] == at]
