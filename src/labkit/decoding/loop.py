@@ -22,7 +22,7 @@ import numpy as np
 from labkit.decoding.drafters.base import Draft, Drafter
 from labkit.decoding.gate import AcceptanceGate
 from labkit.decoding.records import StepRecord
-from labkit.decoding.sampling import accept_or_resample, sample, softmax
+from labkit.decoding.sampling import accept_drafts, sample, softmax
 from labkit.errors import LabkitError
 
 DEFAULT_MAX_TOKENS = 128
@@ -110,20 +110,8 @@ def generate(
         base = engine.n_past
         engine.decode([history[-1], *d], all_logits=True)
         t2 = time.perf_counter()
-        out: list[int] = []
-        outcomes = [-1] * len(d)
-        n_acc = 0
-        for j, x in enumerate(d):
-            if greedy:
-                ok, t = (True, x) if engine.argmax(j) == x else (False, engine.argmax(j))
-            else:
-                q = draft.q[j] if draft.q is not None else None
-                ok, t = accept_or_resample(softmax(engine.logits(j), temperature), x, q, rng)
-            outcomes[j] = 1 if ok else 0
-            out.append(t)
-            if not ok:
-                break
-            n_acc += 1
+        out, outcomes, n_acc = accept_drafts(d, draft.q, greedy=greedy, argmax=engine.argmax, logits=engine.logits,
+                                             temperature=temperature, rng=rng)
         if n_acc == len(d):
             out.append(choose(len(d)))  # the bonus row after the last accepted draft
         # cache now holds t_last + all d; keep t_last + accepted drafts

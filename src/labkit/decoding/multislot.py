@@ -36,7 +36,7 @@ from labkit.decoding.drafters.base import Draft, Drafter
 from labkit.decoding.gate import AcceptanceGate
 from labkit.decoding.loop import check_step_args
 from labkit.decoding.records import StepRecord
-from labkit.decoding.sampling import accept_or_resample, sample, softmax
+from labkit.decoding.sampling import accept_drafts, sample, softmax
 from labkit.errors import LabkitError
 
 DEFAULT_MAX_TOKENS = 128
@@ -193,21 +193,9 @@ def generate_many(
             for st, off, base in zip(active, offsets, bases, strict=True):
                 ta = time.perf_counter()
                 d = st.draft.tokens
-                out: list[int] = []
-                outcomes = [-1] * len(d)
-                n_acc = 0
-                for j, x in enumerate(d):
-                    if greedy:
-                        t = int(top[off + j])
-                        ok = t == x
-                    else:
-                        q = st.draft.q[j] if st.draft.q is not None else None
-                        ok, t = accept_or_resample(softmax(engine.logits(off + j), temperature), x, q, st.rng)
-                    outcomes[j] = 1 if ok else 0
-                    out.append(t)
-                    if not ok:
-                        break
-                    n_acc += 1
+                out, outcomes, n_acc = accept_drafts(
+                    d, st.draft.q, greedy=greedy, argmax=lambda j, off=off, top=top: top[off + j],
+                    logits=lambda j, off=off: engine.logits(off + j), temperature=temperature, rng=st.rng)
                 if n_acc == len(d):
                     out.append(choose(st, off + len(d), top))
                 engine.seq_rollback(st.slot, base + 1 + n_acc)

@@ -55,3 +55,30 @@ def accept_or_resample(
     if total <= 0.0:  # p == q exactly: any draw from p is correct
         return False, sample(p, rng)
     return False, sample(r / total, rng)
+
+
+def accept_drafts(drafts, q, *, greedy: bool, argmax, logits, temperature: float,
+                  rng: np.random.Generator) -> tuple[list[int], list[int], int]:
+    """Walk ``drafts`` against their verify rows (row j verifies ``drafts[j]``): greedy
+    accepts while the row's argmax (``argmax(j)``) is the draft; sampling runs
+    ``accept_or_resample`` on ``logits(j)`` with the draft's ``q`` (None: deterministic).
+
+    Returns the emitted tokens (the accepted drafts, then the target's token at the first
+    rejection), each draft's outcome (1 accepted, 0 rejected, -1 not reached) and the
+    number accepted. The bonus token after a fully accepted draft is the caller's.
+    """
+    out: list[int] = []
+    outcomes = [-1] * len(drafts)
+    n_acc = 0
+    for j, x in enumerate(drafts):
+        if greedy:
+            t = int(argmax(j))
+            ok = t == x
+        else:
+            ok, t = accept_or_resample(softmax(logits(j), temperature), x, q[j] if q is not None else None, rng)
+        outcomes[j] = 1 if ok else 0
+        out.append(t)
+        if not ok:
+            break
+        n_acc += 1
+    return out, outcomes, n_acc
