@@ -95,12 +95,8 @@ def section_e(c, *, workload: str = "all", temperature: float = 0.0) -> Section:
                         "speedup_min": float(g["speedup_min"].min()), "speedup_max": float(g["speedup_max"].max()),
                         "first_token_acceptance": ft, "acceptance": acc, "baseline_tok_s": base})
         sources.append(_source(run, ["sweep-cells", "sweep-runs"]))
-    if not out:
-        return Section("E", pd.DataFrame(), sources,
-                       evidence.no_data("no finished 02_k_sweep run with sweep tables; run labkit reproduce "
-                                        "--only 02_k_sweep"))
-    df = pd.DataFrame(out)
-    return Section("E", df[_cols(df, "source")], sources)
+    return _section("E", pd.DataFrame(out) if out else None, sources,
+                    "no finished 02_k_sweep run with sweep tables; run labkit reproduce --only 02_k_sweep")
 
 
 def section_a(c, *, temperature: float = 0.0) -> Section:
@@ -123,12 +119,8 @@ def section_a(c, *, temperature: float = 0.0) -> Section:
                         "prefill_tok_s_min": float(pre.min()), "prefill_tok_s_max": float(pre.max()),
                         "decode_tok_s": float(g["decode_tok_s"].median())})
         sources.append(_source(run, ["sweep-runs"]))
-    if not out:
-        return Section("A", pd.DataFrame(), sources,
-                       evidence.no_data("no finished 02_k_sweep run with a sweep-runs table; run labkit "
-                                        "reproduce --only 02_k_sweep"))
-    df = pd.DataFrame(out)
-    return Section("A", df[_cols(df, "source")], sources)
+    return _section("A", pd.DataFrame(out) if out else None, sources,
+                    "no finished 02_k_sweep run with a sweep-runs table; run labkit reproduce --only 02_k_sweep")
 
 
 def section_b(c) -> Section:
@@ -144,17 +136,16 @@ def section_b(c) -> Section:
         meta = _run_meta(run)
         out.append(conc.assign(**meta))
         sources.append(_source(run, ["concurrency"] + (["concurrency-verdict"] if verdict is not None else [])))
-    if not out:
-        return Section("B", pd.DataFrame(), sources,
-                       evidence.no_data("no finished 07_concurrency run with a concurrency table; the "
-                                        "re-bench at your concurrency is mandatory: run labkit reproduce "
-                                        "--only 07_concurrency"))
-    df = pd.concat(out, ignore_index=True)
-    return Section("B", df[_cols(df, "source")], sources)
+    return _section("B", pd.concat(out, ignore_index=True) if out else None, sources,
+                    "no finished 07_concurrency run with a concurrency table; the re-bench at your concurrency "
+                    "is mandatory: run labkit reproduce --only 07_concurrency")
 
 
-def _cols(df: pd.DataFrame, last: str) -> list[str]:
-    return [x for x in df.columns if x != last] + [last]
+def _section(name: str, df: pd.DataFrame | None, sources: list, missing: str) -> Section:
+    """The section from its rows (the ``source`` column last), or "no data: ``missing``"."""
+    if df is None:
+        return Section(name, pd.DataFrame(), sources, evidence.no_data(missing))
+    return Section(name, df[[x for x in df.columns if x != "source"] + ["source"]], sources)
 
 
 BUILDERS = {"A": section_a, "B": section_b, "E": section_e}
