@@ -16,25 +16,18 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import browser  # noqa: E402  (tests/browser.py: Debian chromium under selenium, nothing downloaded)
+import servers  # noqa: E402  (tests/servers.py: free port, wait until it answers, stop)
 
 TOKEN = "labkit-shot"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def set_params(nb: Path, params: list[str]) -> None:
@@ -75,7 +68,7 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
            "MLFLOW_TRACKING_URI": os.environ.get("MLFLOW_TRACKING_URI", f"sqlite:///{base / 'mlflow.db'}"),
            "LABKIT_JOURNAL": str(base / "journal.jsonl")}
-    port = free_port()
+    port = servers.free_port()
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
            "--ServerApp.port_retries=0", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
            f"--config={ROOT / 'jupyter-config' / 'jupyter_server_config.py'}"]
@@ -85,15 +78,8 @@ def main() -> int:
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=5)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("jupyter lab did not start:\n" + (base / "server.log").read_text()[-3000:]) from None
-                time.sleep(0.5)
+        servers.wait_for_http(f"{url}/api/status?token={TOKEN}", proc, timeout=300, what="jupyter lab",
+                              log=base / "server.log")
         with browser.chromium(page_load_timeout=120) as d:
             d.set_window_size(1500, 1100)
             d.get(f"{url}/lab/tree/{a.notebook}?token={TOKEN}")
@@ -111,12 +97,10 @@ def main() -> int:
                     break
             shot = browser.screenshot(d, a.out / f"jupyterlab-{Path(a.notebook).stem}.png")  # the view after the run
         print(shot)
+    except AssertionError as e:  # the server did not start: its log tail, not a traceback
+        raise SystemExit(str(e)) from None
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        servers.stop(proc, timeout=60)
         log.close()
         shutil.rmtree(base, ignore_errors=True)
     return 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import servers  # tests/servers.py
 from labkit.provenance import tracking
 
 pytestmark = pytest.mark.slow  # a real `jupyter lab` server, kernels, notebooks 02 and 03
@@ -39,12 +39,6 @@ CELL_S = 900  # the tiny sweep cell, contended
 
 TINY_02 = ('recipe = "default"\nk = [0, 2]\nworkloads = ["edit"]\ndrafters = ["ngram"]\nruns = 1\n'
            'max_tokens = 16\nprompts_per_workload = 1\ntemperatures = [0.0]\ngate = None\n')
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -115,7 +109,7 @@ def server(store, tmp_path_factory):
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), "JUPYTER_CONFIG_DIR": str(base / "config"),
            "JUPYTER_PATH": str(kernels / "share" / "jupyter"), "PYTHONPATH": str(SRC),
            "LABKIT_JOURNAL": str(base / "journal.jsonl")}
-    port = _free_port()
+    port = servers.free_port()
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={TOKEN}",
            f"--ServerApp.root_dir={root}", f"--config={CONFIG}"]
@@ -125,23 +119,11 @@ def server(store, tmp_path_factory):
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     srv = Server(root, runtime, port, proc)
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            try:
-                srv.api("GET", "/api/status", timeout=5)
-                break
-            except (urllib.error.URLError, ConnectionError, OSError):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("jupyter lab did not start:\n" + (base / "server.log").read_text()[-3000:]) from None
-                time.sleep(0.5)
+        servers.wait_for_http(f"http://127.0.0.1:{port}/api/status?token={TOKEN}", proc, timeout=STARTUP_S,
+                              what="jupyter lab", log=base / "server.log")
         yield srv
     finally:
-        proc.terminate()  # the server shuts its kernels down on SIGTERM
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        servers.stop(proc, timeout=60)  # the server shuts its kernels down on SIGTERM
         log.close()
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 import browser
+import servers
 from labkit.provenance import reproduce as rp
 from labkit.provenance import tracking
 
@@ -53,9 +53,7 @@ def runs(store):
 @pytest.fixture(scope="module")
 def ui(store, runs, tmp_path_factory):
     """``mlflow server`` on the store, on a free 127.0.0.1 port; always stopped."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = servers.free_port()
     log_path = tmp_path_factory.mktemp("mlflow-ui") / "server.log"
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
@@ -63,23 +61,10 @@ def ui(store, runs, tmp_path_factory):
                             stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/health", timeout=5).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("mlflow server did not start:\n" + log_path.read_text()[-3000:]) from None
-                time.sleep(0.5)
+        servers.wait_for_http(f"{base}/health", proc, timeout=STARTUP_S, what="mlflow server", log=log_path)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        servers.stop(proc)
         log.close()
 
 

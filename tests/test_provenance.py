@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
+import servers  # tests/servers.py
 from labkit.errors import LabkitError
 from labkit.provenance import ids, tracking
 from labkit.provenance import reproduce as rp
@@ -250,9 +249,7 @@ def test_undeclared_parameter_is_refused_before_anything_runs(store, tmp_path):
 
 
 def test_tracking_server_down_is_a_clear_error(monkeypatch, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = servers.free_port()  # nothing listens there
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
     with pytest.raises(LabkitError, match="does not answer"):
         rp.reproduce(only=["01_cost_fit"], out_dir=str(tmp_path / "o"), params=FAST)
@@ -260,9 +257,7 @@ def test_tracking_server_down_is_a_clear_error(monkeypatch, tmp_path):
 
 @pytest.mark.slow  # papermill + an MLflow server
 def test_against_a_real_mlflow_server(tmp_path, monkeypatch):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = servers.free_port()
     mlflow = shutil.which("mlflow", path=str(Path(sys.executable).parent))
     srv = subprocess.Popen(
         [mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
@@ -270,17 +265,7 @@ def test_against_a_real_mlflow_server(tmp_path, monkeypatch):
          str(tmp_path / "srv-artifacts")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        import urllib.request
-
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline or srv.poll() is not None:
-                    raise
-                time.sleep(1)
+        servers.wait_for_http(f"http://127.0.0.1:{port}/health", srv, timeout=120, what="mlflow server", interval=1)
         monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
         summary = rp.reproduce(only=["01_cost_fit"], out_dir=str(tmp_path / "o"), params=FAST)
         assert summary["ok"], summary
@@ -288,8 +273,7 @@ def test_against_a_real_mlflow_server(tmp_path, monkeypatch):
         assert show(r["id"])["status"] == "FINISHED"
         assert regen(f"{r['id']}/cost-fit", out_dir=tmp_path / "regen")["identical"]
     finally:
-        srv.terminate()
-        srv.wait(timeout=30)
+        servers.stop(srv)
 
 
 def test_interactive_kernel_logs_every_cell(store, monkeypatch, tmp_path):
