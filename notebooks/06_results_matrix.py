@@ -2,6 +2,7 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     notebook_metadata_filter: labkit
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -11,6 +12,8 @@
 #     display_name: labkit (.venv)
 #     language: python
 #     name: labkit
+#   labkit:
+#     runs_last: true
 # ---
 
 # %% [markdown]

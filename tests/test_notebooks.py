@@ -11,7 +11,7 @@ import pytest
 
 from labkit.config.recipe import RECIPE_FIELDS
 from labkit.errors import LabkitError
-from labkit.provenance.reproduce import declared_parameters, notebooks_dir
+from labkit.provenance.reproduce import declared_parameters, discover, notebooks_dir
 
 NOTEBOOKS = sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
 EXTRA_PARAMETERS = {"recipe", "workload"}  # the recipe to load; 06's workload pooling
@@ -19,6 +19,15 @@ EXTRA_PARAMETERS = {"recipe", "workload"}  # the recipe to load; 06's workload p
 
 def test_there_are_notebooks():
     assert [p.stem for p in NOTEBOOKS][:2] == ["01_cost_fit", "02_k_sweep"]
+
+
+def test_a_full_reproduction_runs_the_results_matrix_after_every_measuring_notebook():
+    """06 reads the newest run of every other notebook (07's concurrency for §B included), so
+    the whole suite runs it last and its matrix cites this reproduction's own runs."""
+    order = [p.stem for p in discover()]
+    assert order[-1] == "06_results_matrix" and sorted(order) == [p.stem for p in NOTEBOOKS]
+    assert order[:-1] == sorted(order[:-1])  # the rest in number order
+    assert [p.stem for p in discover(["06", "07"])] == ["06_results_matrix", "07_concurrency"]  # as asked
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)

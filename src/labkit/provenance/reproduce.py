@@ -47,8 +47,8 @@ def discover(only: list[str] | None = None, recipe=None) -> list[Path]:
     """The notebooks to run: ``NN_name.ipynb`` in order, filtered by --only or the recipe."""
     all_nb = sorted(p for p in notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
     wanted = only or (recipe.notebooks if recipe is not None and recipe.notebooks else None)
-    if not wanted:
-        return all_nb
+    if not wanted:  # the whole suite: a notebook that summarises the others' runs comes after them
+        return sorted(all_nb, key=runs_last)
     out = []
     for w in wanted:
         hits = [p for p in all_nb if p.stem == w or p.stem.startswith(w) or p.stem.split("_", 1)[-1] == w]
@@ -56,6 +56,17 @@ def discover(only: list[str] | None = None, recipe=None) -> list[Path]:
             raise LabkitError(f"no notebook matches {w!r}", f"available: {', '.join(p.stem for p in all_nb)}")
         out += [h for h in hits if h not in out]
     return out
+
+
+def runs_last(nb: Path) -> bool:
+    """True for a notebook whose metadata says ``labkit: {runs_last: true}`` (the results
+    matrix, which reads every other notebook's newest run, so a full reproduction's
+    matrix cites that reproduction's own runs)."""
+    try:
+        meta = json.loads(nb.read_text()).get("metadata", {})
+    except (OSError, ValueError):
+        return False
+    return bool((meta.get("labkit") or {}).get("runs_last"))
 
 
 def declared_parameters(nb: Path) -> dict:
