@@ -163,6 +163,9 @@ def test_stepwise_protocol_on_the_real_engine(engine, edit_prompt):
     # every step pairs with its own plain runs: run indices never collide across steps
     assert rows.groupby(["drafter", "k", "run"]).size().max() == 1
     assert set(rows["protocol_step"]) == {1, 2}
+    # only the first step has a cold round; every step has its `runs` warm rounds per arm
+    assert set(rows[rows["cold"]]["protocol_step"]) == {1}
+    assert (rows[~rows["cold"]].groupby(["protocol_step", "k"]).size() == 1).all()
     assert set(P.STEP_COLUMNS) <= set(steps.columns)
     from labkit.analysis.sweep_tables import cell_table
 

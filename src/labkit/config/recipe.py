@@ -65,7 +65,7 @@ class Recipe:
     notebooks: list[str] = field(default_factory=list)  # empty: all of notebooks/
     # the concurrency re-bench (07): the c values measured, and the c the verdict is given at
     production_concurrency: int = 4
-    concurrency: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 8])
+    concurrency: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     source: str | None = None  # where it was loaded from (filled in by load)
     # field -> where a value that is not the file's came from ("env AS_SPEC_MIN_ACCEPT",
     # "-p gate", "--gate"); provenance, not part of the hash (the values are)
@@ -178,7 +178,7 @@ class Recipe:
         if self.n_cpu_moe and self.engine != "llama.cpp":
             bad(f"n_cpu_moe is a llama.cpp setting (engine is {self.engine})", "drop n_cpu_moe for this engine")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
-            bad(f"concurrency = {self.concurrency}", "list the concurrent streams to measure, e.g. [1, 2, 3, 4, 8]")
+            bad(f"concurrency = {self.concurrency}", "list the concurrent streams to measure, e.g. [1, 2, 4, 8]")
         if self.production_concurrency < 1:
             bad(f"production_concurrency = {self.production_concurrency}", "use the c you serve, >= 1 (e.g. 4)")
         if self.toolsuite_tolerance_pts < 0:

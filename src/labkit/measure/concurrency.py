@@ -35,7 +35,7 @@ from labkit.errors import LabkitError
 from labkit.measure import order
 from labkit.measure.verify_cost import Progress
 
-DEFAULT_C = (1, 2, 3, 4, 8)
+DEFAULT_C = (1, 2, 4, 8)
 
 
 def pct(values: Sequence[float], q: float) -> float | None:

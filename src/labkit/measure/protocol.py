@@ -124,8 +124,10 @@ def _pred(predicted: pd.DataFrame | None, drafter: str, k: int, temp: float) -> 
 
 
 def _measure(engine, prompts, drafters, k, step_no, *, runs, **kw) -> pd.DataFrame:
-    # each step's arms are journaled under their own prefix (its plain arms repeat per step)
-    rows = k_sweep(engine, prompts, drafters=drafters, ks=[0, k], runs=runs, key_prefix=f"step{step_no}-k{k}", **kw)
+    # each step's arms are journaled under their own prefix (its plain arms repeat per step);
+    # only the first step has a cold round: later steps run prompts the engine has just run
+    rows = k_sweep(engine, prompts, drafters=drafters, ks=[0, k], runs=runs, key_prefix=f"step{step_no}-k{k}",
+                   cold_round=step_no == 0, **kw)
     rows["run"] = rows["run"] + step_no * (runs + 1)
     rows["protocol_step"] = k
     return rows

@@ -52,6 +52,7 @@ def k_sweep(
     make_gate: Callable | None = None,
     interleave: str = order.DEFAULT_POLICY,
     check_lossless: bool = True,
+    cold_round: bool = True,
     progress: Callable | None = None,
     on_arm: Callable | None = None,
     skip: dict | None = None,
@@ -63,7 +64,9 @@ def k_sweep(
     ``on_arm`` and ``skip`` journal and resume arms (see ``measure.arms``); an arm is one
     generation, keyed ``[key_prefix~]prompt~T~round~drafter~k``. A resumed call measures
     only the arms not in ``skip``, in the same interleaved order, after one unrecorded
-    warm-up generation (the first generation after loading is cold).
+    warm-up generation (the first generation after loading is cold). ``cold_round=False``
+    leaves out round 0 (for a call whose prompts this engine has just run at this temperature,
+    e.g. the n_max protocol's later steps): only the ``runs`` warm rounds are measured.
     """
     spec_ks = [k for k in ks if k > 0]
     arm_set = [("none", 0)] + [(d, k) for d in drafters for k in spec_ks]
@@ -75,7 +78,7 @@ def k_sweep(
     done = 0
     for p in prompts:
         for temp in temperatures:
-            for r in range(runs + 1):
+            for r in range(0 if cold_round else 1, runs + 1):
                 schedule.append((p, temp, r, order.arm_order(arm_set, done, policy=interleave, seed=seed)))
                 done += 1
     arms.plan(on_arm, [arm_key(p, t, r, n, k) for p, t, r, ordered in schedule for n, k in ordered])
