@@ -287,6 +287,9 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
     info = {"recipe": eff.name, "output": str(out) if out else "(not yet chosen)"}
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    # SIGINT interrupts even a reproduction started in the background (`nohup`, `cmd &` in a
+    # script), which inherits SIGINT ignored: `kill -INT` then keeps the arms like Ctrl-C does
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler) if main_thread else None
     results: list[dict] = []
     parent = parent_pending = None
     try:
