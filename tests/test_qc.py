@@ -23,6 +23,28 @@ def test_suite_off_vs_on_greedy(engine):
         assert list(off["rows"]["output"]) == list(on["rows"]["output"])
 
 
+def test_a_divergence_replay_computes_the_shared_preamble_once_and_exactly(engine):
+    """Explaining a greedy divergence replays the run that chose the token. Over the suite's
+    few-shot preamble (kept across tasks, as the run kept it) the replay leaves the preamble
+    in the cache, so the next task's replay does not compute its ~1250 tokens again; and the
+    row is the same, bit for bit, whether the preamble was cached or computed afresh."""
+    from labkit.analysis.lossless import _replay
+
+    tasks = toolsuite.load_tasks()[:2]
+    res = qc.run_suite(engine, tasks, drafter=NgramDrafter(), k=2)
+    (a, b), prompts = tasks, res["prompts"]
+    keep = len(prompts[a.id]) - res["records"][a.id][0].m
+    assert keep > 1000 and prompts[a.id][:keep] == prompts[b.id][:keep]  # the shared preamble
+    engine.rollback(0)
+    fresh = _replay(engine, prompts[a.id], res["records"][a.id], 5)
+    assert engine.n_past == keep and engine.kv_tokens == prompts[a.id][:keep]
+    cached = _replay(engine, prompts[a.id], res["records"][a.id], 5)  # the preamble reused
+    assert (fresh == cached).all()
+    other = _replay(engine, prompts[b.id], res["records"][b.id], 3)
+    engine.rollback(0)
+    assert (other == _replay(engine, prompts[b.id], res["records"][b.id], 3)).all()
+
+
 def test_verdict():
     v = qc.verdict([0.60, 0.65, 0.70], [0.62, 0.66, 0.64])
     assert v["within_noise"] and v["within_band"] and v["regression_points"] == 0

@@ -199,19 +199,13 @@ def test_whole_run_limit_stops_the_reproduction_and_skips_the_rest(store, nb_dir
 
 
 # -- SIGTERM ----------------------------------------------------------------------------------
-@pytest.mark.slow  # papermill
-def test_sigterm_marks_the_run_killed_uploads_its_records_and_leaves_no_kernel(store, nb_dir, tmp_path):
-    _write_nb(nb_dir / "84_term.ipynb", [
-        'recipe = "default"', START, "lab.metric('before_term', 1.0)",
-        "import time\nprint('waiting for SIGTERM', flush=True)\ntime.sleep(300)", "lab.metric('never', 1.0)"])
-    p = _cli("--only", "84", "--out", str(tmp_path / "out"), env=_env(
-        LABKIT_NOTEBOOKS=str(nb_dir), LABKIT_ROOT=str(tmp_path / "root")))
-    c = tracking.client()
+def _signal_when_sleeping(p: subprocess.Popen, c, stem: str, sig: int) -> tuple:
+    """Wait (bounded) until reproduction ``p`` runs ``stem``'s third cell (a long sleep), send
+    ``sig``; return the run, the kernels under ``p`` then, and its stdout and stderr."""
     try:
-        deadline = time.monotonic() + 240
-        run = None
+        deadline, run = time.monotonic() + 240, None
         while time.monotonic() < deadline and p.poll() is None:
-            runs = [r for r in _runs(c) if r.data.tags.get("lab.notebook") == "84_term"]
+            runs = [r for r in _runs(c) if r.data.tags.get("lab.notebook") == stem]
             if runs and runs[0].info.status == "RUNNING" and int(runs[0].data.tags.get("lab.cells", 0)) >= 3:
                 run = runs[0]
                 break
@@ -220,12 +214,24 @@ def test_sigterm_marks_the_run_killed_uploads_its_records_and_leaves_no_kernel(s
         time.sleep(1)  # into the sleeping cell
         kernels = _kernels(p.pid)
         assert kernels, "no kernel under the reproduction"
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(sig)
         out, err = p.communicate(timeout=90)
     finally:
         if p.poll() is None:
             p.kill()
             p.communicate()
+    return run, kernels, out, err
+
+
+@pytest.mark.slow  # papermill
+def test_sigterm_marks_the_run_killed_uploads_its_records_and_leaves_no_kernel(store, nb_dir, tmp_path):
+    _write_nb(nb_dir / "84_term.ipynb", [
+        'recipe = "default"', START, "lab.metric('before_term', 1.0)",
+        "import time\nprint('waiting for SIGTERM', flush=True)\ntime.sleep(300)", "lab.metric('never', 1.0)"])
+    p = _cli("--only", "84", "--out", str(tmp_path / "out"), env=_env(
+        LABKIT_NOTEBOOKS=str(nb_dir), LABKIT_ROOT=str(tmp_path / "root")))
+    c = tracking.client()
+    run, kernels, out, err = _signal_when_sleeping(p, c, "84_term", signal.SIGTERM)
     assert p.returncode == 143, err[-2000:]
     assert "terminated (SIGTERM)" in err
     summary = json.loads(out.strip().splitlines()[-1])
@@ -252,23 +258,7 @@ def test_kill_int_stops_a_reproduction_started_in_the_background(store, nb_dir, 
         LABKIT_NOTEBOOKS=str(nb_dir), LABKIT_ROOT=str(tmp_path / "root")),
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # as a background job inherits it
     c = tracking.client()
-    try:
-        deadline, run = time.monotonic() + 240, None
-        while time.monotonic() < deadline and p.poll() is None:
-            runs = [r for r in _runs(c) if r.data.tags.get("lab.notebook") == "89_int"]
-            if runs and runs[0].info.status == "RUNNING" and int(runs[0].data.tags.get("lab.cells", 0)) >= 3:
-                run = runs[0]
-                break
-            time.sleep(0.5)
-        assert run is not None, "the run never got going: " + ("" if p.poll() is None else p.communicate()[1][-3000:])
-        time.sleep(1)  # into the sleeping cell
-        kernels = _kernels(p.pid)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=90)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+    run, kernels, out, err = _signal_when_sleeping(p, c, "89_int", signal.SIGINT)
     assert p.returncode == 130, err[-2000:]
     final = c.get_run(run.info.run_id)
     assert final.info.status == "KILLED" and final.data.metrics["before_int"] == 1.0

@@ -66,8 +66,7 @@ def divergence_report(engine, prompt: Sequence[int], plain, spec, *, near_tie: f
         band = max(near_tie, 2 * noise)
     band = min(band, MAX_NEAR_TIE)
     tie = 0 <= plain_gap <= band
-    div.update(near_tie=tie, near_tie_band=band)
-    engine.rollback(0)
+    div.update(near_tie=tie, near_tie_band=band)  # the cache keeps only a shared prefix (see _replay)
     return {"lossless": tie, "identical": False, "divergence": div}
 
 
@@ -75,12 +74,16 @@ def _replay(engine, prompt, run, index: int) -> np.ndarray:
     """The logits row that chose output ``index``, recomputed as the run computed it.
 
     ``run`` is step records (every batch replayed exactly) or a token list (replayed as
-    plain decoding: prefill, then one row per token).
+    plain decoding: prefill, then one row per token). The cache is left holding only the
+    run's shared prefix (a few-shot preamble kept across tasks, as the run kept it), so the
+    next replay of a run over the same preamble does not compute it again.
     """
     keep = 0 if run and isinstance(run[0], (int, np.integer)) else len(prompt) - run[0].m
     engine.prefill(prompt, keep=keep)  # the same batches as the run's prefill
     if index == 0:
-        return np.array(engine.logits(-1))
+        row = np.array(engine.logits(-1))
+        engine.rollback(keep)
+        return row
     if run and isinstance(run[0], (int, np.integer)):
         steps = [([], 1, 0, [t]) for t in run[1:]]  # plain: one row per token
         hist = [run[0]]
@@ -93,12 +96,12 @@ def _replay(engine, prompt, run, index: int) -> np.ndarray:
         engine.decode([hist[-1], *drafts], all_logits=True)
         if index < emitted + n_out:
             row = np.array(engine.logits(index - emitted))
-            engine.rollback(0)
+            engine.rollback(keep)
             return row
         engine.rollback(base + 1 + n_acc)
         hist.extend(toks)
         emitted += n_out
-    engine.rollback(0)
+    engine.rollback(keep)
     raise IndexError(f"output index {index} is beyond the replayed run")
 
 

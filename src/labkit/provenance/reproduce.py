@@ -333,8 +333,9 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
                      "results": results}
         raise
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in ((signal.SIGTERM, previous), (signal.SIGINT, previous_int)):
+            if main_thread and handler is not None:  # None: a handler not set from Python; leave ours
+                signal.signal(sig, handler)
     pending = [r["journal"] for r in results if "sync" in r]  # finished, but not all in the store yet
     pending += [parent_pending] if parent_pending else []
     ok = all(r["status"] == "FINISHED" for r in results) and not pending
