@@ -173,6 +173,27 @@ def test_stepwise_protocol_on_the_real_engine(engine, edit_prompt):
     assert set(cells["k"]) == {0, 1, 2} and (cells[cells["k"] == 0]["n"] == 2).all()
 
 
+def test_the_gated_sweep_measures_the_global_default_warm_with_the_gate_on(engine, edit_prompt):
+    """Notebook 02's gate on vs off: the global default (drafter, k) at T=0 measured again with
+    the gate on, beside plain on the same prompts; no cold round (the sweep just ran them)."""
+    import pandas as pd
+
+    from labkit.decoding.drafters.ngram import NgramDrafter
+    from labkit.decoding.gate import AcceptanceGate
+    from labkit.measure.sweep import gated_sweep
+
+    default_k = pd.DataFrame([{"drafter": "ngram", "k": 2, "temperature": 0.0},
+                              {"drafter": "ngram", "k": 3, "temperature": 0.7}])  # T>0 rows are not re-measured
+    rows = gated_sweep(engine, edit_prompt, drafters={"ngram": NgramDrafter()}, default_k=default_k,
+                       make_gate=lambda: AcceptanceGate(threshold=0.6), runs=2, max_tokens=12)
+    assert not rows["cold"].any() and sorted(rows["run"].unique()) == [1, 2]
+    assert set(zip(rows["k"], rows["gate"])) == {(0, 0.0), (2, 0.6)}
+    assert (rows.groupby("k").size() == 2).all()
+    none = default_k.assign(k=0)
+    assert gated_sweep(engine, edit_prompt, drafters={"ngram": NgramDrafter()}, default_k=none,
+                       make_gate=lambda: AcceptanceGate(threshold=0.6)) is None  # no default speculates
+
+
 def test_suite_check_runs_the_real_suite_at_k(engine):
     from labkit.decoding.drafters.ngram import NgramDrafter
     from labkit.suites.stepcheck import SuiteCheck, spread_tasks

@@ -157,8 +157,10 @@ def _lossless(engine, ids, rows) -> None:
 def gated_sweep(engine, prompts: list, *, drafters: dict, default_k: pd.DataFrame, make_gate: Callable,
                 **kw) -> pd.DataFrame | None:
     """The global-default (drafter, k) of each greedy row of ``default_k`` measured again
-    with the gate on, against plain on the same prompts; None when no default speculates."""
+    with the gate on, against plain on the same prompts; None when no default speculates.
+    The sweep has just run these prompts, so there is no cold round: ``runs`` warm rounds."""
     parts = [k_sweep(engine, prompts, drafters={g.drafter: drafters[g.drafter]}, ks=[0, int(g.k)],
-                     check_lossless=False, make_gate=make_gate, key_prefix=f"gated-{g.drafter}-k{int(g.k)}", **kw)
+                     check_lossless=False, make_gate=make_gate, key_prefix=f"gated-{g.drafter}-k{int(g.k)}",
+                     cold_round=False, **kw)
              for g in default_k[default_k["temperature"] == 0].itertuples() if g.k > 0]
     return pd.concat(parts, ignore_index=True) if parts else None
