@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextlib import closing
 
 import numpy as np
 
@@ -92,28 +93,24 @@ def run_stats(records: Sequence[StreamRecord]) -> dict:
     }
 
 
-def has_tokenizer(recipe) -> bool:
-    """Whether the recipe's model has a vocabulary to tokenize text (SYNTHETIC cost models have none)."""
+def _vocab(recipe):
+    """The recipe model's vocabulary (``vocab_only``: no weights), closed on leaving ``with``."""
     from labkit.artifacts.loader import resolve_model
     from labkit.engines.llamacpp import LlamaVocab
 
-    vocab = LlamaVocab.load(resolve_model(recipe).path)
-    try:
+    return closing(LlamaVocab.load(resolve_model(recipe).path))
+
+
+def has_tokenizer(recipe) -> bool:
+    """Whether the recipe's model has a vocabulary to tokenize text (SYNTHETIC cost models have none)."""
+    with _vocab(recipe) as vocab:
         return bool(vocab.has_tokenizer)
-    finally:
-        vocab.close()
 
 
 def tokenize(recipe, texts: Sequence[str]) -> list[list[int]]:
     """Token ids of ``texts`` with the recipe model's own vocabulary (no weights loaded)."""
-    from labkit.artifacts.loader import resolve_model
-    from labkit.engines.llamacpp import LlamaVocab
-
-    vocab = LlamaVocab.load(resolve_model(recipe).path)
-    try:
+    with _vocab(recipe) as vocab:
         return [vocab.tokenize(t) for t in texts]
-    finally:
-        vocab.close()
 
 
 def n_ctx_per_seq(prompts: Sequence[Sequence[int]], *, max_tokens: int, ks: Sequence[int], n_ctx: int) -> int:
