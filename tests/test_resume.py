@@ -188,9 +188,18 @@ def _children(pid: int) -> list[int]:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        return "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+    except (ProcessLookupError, OSError):  # gone between the two looks
         return False
-    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+
+
+def _cmdline(pid: int) -> str:
+    """A process's command line, or "" once it has exited (the reproduction's short-lived
+    children, git or lscpu, come and go while we watch)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
 
 
 def _wait_gone(pids, seconds: float) -> list[int]:
@@ -215,7 +224,7 @@ def _interrupt(out: Path, argv: list[str], how: str, after_arms: int) -> dict:
             kernels.update(_children(proc.pid))
             time.sleep(0.05)
         kernels.update(_children(proc.pid))
-        kernel = next(p for p in kernels if "ipykernel" in Path(f"/proc/{p}/cmdline").read_text())
+        kernel = next(p for p in kernels if "ipykernel" in _cmdline(p))
         if how == "kernel":
             os.kill(kernel, signal.SIGKILL)
         else:
