@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 
 import labkit
+import procs
 from labkit.config.recipe import effective_recipe
 from labkit.decoding.drafters.ngram import NgramDrafter
 from labkit.errors import LabkitError
@@ -173,42 +174,6 @@ def _journal_arms(path: Path) -> list[dict]:
     return out
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            kids.append(int(stat.parent.name))
-    return kids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
-    except (ProcessLookupError, OSError):  # gone between the two looks
-        return False
-
-
-def _cmdline(pid: int) -> str:
-    """A process's command line, or "" once it has exited (the reproduction's short-lived
-    children, git or lscpu, come and go while we watch)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_text()
-    except OSError:
-        return ""
-
-
-def _wait_gone(pids, seconds: float) -> list[int]:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and any(_alive(p) for p in pids):
-        time.sleep(0.2)
-    return [p for p in pids if _alive(p)]
-
-
 def _interrupt(out: Path, argv: list[str], how: str, after_arms: int) -> dict:
     """Run ``labkit reproduce`` (``argv``) into ``out``; interrupt it (``how``) once its
     journal holds ``after_arms`` arms measured by it; wait until it and its kernel are gone."""
@@ -221,22 +186,22 @@ def _interrupt(out: Path, argv: list[str], how: str, after_arms: int) -> dict:
         while len(_journal_arms(journal)) < after_arms:
             assert proc.poll() is None, f"the reproduction ended before {after_arms} arms: {proc.communicate()}"
             assert time.monotonic() < end, "no arms journaled in time"
-            kernels.update(_children(proc.pid))
+            kernels.update(procs.descendants(proc.pid))
             time.sleep(0.05)
-        kernels.update(_children(proc.pid))
-        kernel = next(p for p in kernels if "ipykernel" in _cmdline(p))
+        kernels.update(procs.descendants(proc.pid))
+        kernel = next(p for p in kernels if "ipykernel" in procs.cmdline(p))
         if how == "kernel":
             os.kill(kernel, signal.SIGKILL)
         else:
             proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=300)
         # a kernel whose reproduction died notices it and exits (ipykernel's parent poller)
-        left = _wait_gone([kernel], 60)
+        left = procs.wait_gone([kernel], 60)
         assert not left, f"the kernel {kernel} outlived its reproduction ({how})"
         return {"journal": journal, "rc": proc.returncode, "stderr": stderr, "stdout": stdout, "out": out}
     finally:
         for p in [proc.pid, *kernels]:
-            if _alive(p):
+            if procs.alive(p):
                 os.kill(p, signal.SIGKILL)
 
 

@@ -24,6 +24,7 @@ import nbformat
 import pytest
 import yaml
 
+import procs
 from labkit.errors import LabkitError
 from labkit.provenance import machine_state, runlock, tracking
 from labkit.provenance import reproduce as rp
@@ -57,42 +58,6 @@ def _recipe(path: Path, **fields) -> str:
     data.update(name=path.stem, **fields)
     path.write_text(yaml.safe_dump(data))
     return str(path)
-
-
-def _descendants(pid: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                text = (d / "stat").read_text()
-            except OSError:
-                continue
-            kids.setdefault(int(text[text.rindex(")") + 2:].split()[1]), []).append(int(d.name))
-    out, todo = [], list(kids.get(pid, []))
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += kids.get(p, [])
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _kernels(pid: int) -> list[int]:
-    return [p for p in _descendants(pid) if "ipykernel" in _cmdline(p)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        text = (Path("/proc") / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    return text[text.rindex(")") + 2] != "Z"
 
 
 def _env(**extra) -> dict:
@@ -176,7 +141,7 @@ def test_cell_timeout_fails_the_run_keeps_its_records_and_stops_the_kernel(store
     assert run.data.metrics["before_hang"] == 1.0 and "never" not in run.data.metrics
     logged = {a.path for a in tracking.client().list_artifacts(r["run_id"], "notebook")}
     assert {"notebook/81_hangs.ipynb", "notebook/81_hangs.cells.jsonl"} <= logged
-    assert _kernels(os.getpid()) == []
+    assert procs.kernels(os.getpid()) == []
 
 
 @pytest.mark.slow  # papermill
@@ -195,7 +160,7 @@ def test_whole_run_limit_stops_the_reproduction_and_skips_the_rest(store, nb_dir
     assert second["status"] == "SKIPPED" and second["run_id"] is None
     metrics = tracking.client().get_run(first["run_id"]).data.metrics
     assert "step1" in metrics and "step3" not in metrics
-    assert _kernels(os.getpid()) == []
+    assert procs.kernels(os.getpid()) == []
 
 
 # -- SIGTERM ----------------------------------------------------------------------------------
@@ -212,7 +177,7 @@ def _signal_when_sleeping(p: subprocess.Popen, c, stem: str, sig: int) -> tuple:
             time.sleep(0.5)
         assert run is not None, "the run never got going: " + ("" if p.poll() is None else p.communicate()[1][-3000:])
         time.sleep(1)  # into the sleeping cell
-        kernels = _kernels(p.pid)
+        kernels = procs.kernels(p.pid)
         assert kernels, "no kernel under the reproduction"
         p.send_signal(sig)
         out, err = p.communicate(timeout=90)
@@ -242,9 +207,9 @@ def test_sigterm_marks_the_run_killed_uploads_its_records_and_leaves_no_kernel(s
     logged = {a.path for a in c.list_artifacts(run.info.run_id, "notebook")}
     assert {"notebook/84_term.ipynb", "notebook/84_term.cells.jsonl"} <= logged
     deadline = time.monotonic() + 20
-    while any(_alive(k) for k in kernels) and time.monotonic() < deadline:
+    while any(procs.alive(k) for k in kernels) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(_alive(k) for k in kernels), f"kernel left running: {kernels}"
+    assert not any(procs.alive(k) for k in kernels), f"kernel left running: {kernels}"
 
 
 @pytest.mark.slow  # papermill
@@ -264,9 +229,9 @@ def test_kill_int_stops_a_reproduction_started_in_the_background(store, nb_dir, 
     assert final.info.status == "KILLED" and final.data.metrics["before_int"] == 1.0
     assert "never" not in final.data.metrics
     deadline = time.monotonic() + 20
-    while any(_alive(k) for k in kernels) and time.monotonic() < deadline:
+    while any(procs.alive(k) for k in kernels) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(_alive(k) for k in kernels), f"kernel left running: {kernels}"
+    assert not any(procs.alive(k) for k in kernels), f"kernel left running: {kernels}"
 
 
 # -- one reproduction at a time, its own folder ---------------------------------------------------
@@ -337,7 +302,7 @@ def test_machine_state_counts_other_processes_and_not_our_own(tmp_path):
     a = machine_state.snapshot()
     pids = _spin_elsewhere(tmp_path, 2, wall=60, cpu=1.5)  # two other jobs, 1.5 s of CPU each
     try:
-        while any(_alive(p) for p in pids):
+        while any(procs.alive(p) for p in pids):
             time.sleep(0.1)
     finally:
         _stop(pids)
