@@ -103,6 +103,21 @@ def test_section_b_without_a_concurrency_run_says_so(book, capsys):
     assert rc == 2 and "07_concurrency" in err and "fix:" in err
 
 
+def test_section_b_puts_the_verdict_beside_its_own_engine_only():
+    """07's verdict is reached on labkit's loop; llama-server's arm at the same (c, k) must
+    not carry it (at c=4 labkit lost, 0.92x, while llama-server gained, 1.03x)."""
+    conc = pd.DataFrame([{"c": c_, "k": k, "engine": e, "speedup": s} for c_ in (1, 4) for k in (0, 1)
+                         for e, s in (("labkit", 0.92 if k else 1.0), ("llama-server", 1.03 if k else 1.0))])
+    verdict = pd.DataFrame([{"c": 4, "k": 1, "engine": "labkit", "speedup": 0.92, "verdict": "loses at c=4"}])
+    got = matrix.with_verdict(conc, verdict)
+    said = got.dropna(subset=["verdict"])
+    assert len(got) == len(conc) and said[["c", "k", "engine"]].values.tolist() == [[4, 1, "labkit"]]
+    # a verdict table without an engine column (older runs) still lands on its (c, k)
+    old = matrix.with_verdict(conc, verdict.drop(columns="engine"))
+    assert old.dropna(subset=["verdict"])["engine"].tolist() == ["labkit", "llama-server"]
+    assert matrix.with_verdict(conc, None) is conc
+
+
 # -- export ---------------------------------------------------------------------------
 @pytest.mark.slow  # papermill: 02 + 06
 def test_export_a_notebook_table_in_every_format(book, capsys, tmp_path):

@@ -163,9 +163,41 @@ def test_stepwise_winner_and_concurrency_are_read_when_logged(book, store, monke
     assert "n_max=1: acceptance 80% (first token 90%), end-to-end 1.20× (pass)" in steps_text
     assert "stop: end-to-end loss at k=2" in steps_text and "Stopped: k=2: end-to-end loss" in steps_text
     conc_row = by["production concurrency (re-bench)"]
-    assert conc_row["baseline"] == "c=4: 43.0 tok/s aggregate" and "38.7 tok/s" in conc_row["candidate"]
+    assert conc_row["baseline"] == "c=4, tok/s aggregate: llama-server 43.0"
+    assert conc_row["candidate"] == "c=4, tok/s aggregate: llama-server 38.7 (ngram k=1, 0.90×)"
     assert "loses at c=4" in conc_row["notes"] and conc_row["source"] == str(conc.id)
     assert by["n_max (off vs candidate)"]["candidate"] == "ngram n_max=1"
+
+
+def _conc_rows(engine: str, plain: float, spec: float, drafter: str, cs=(1, 4)) -> list[dict]:
+    return [{"c": c_, "k": k, "drafter": drafter if k else "none", "engine": engine, "agg_tok_s": t,
+             "speedup": t / plain} for c_ in cs for k, t in ((0, plain), (1, spec))]
+
+
+def test_production_concurrency_reports_each_engine_against_its_own_plain_arm():
+    """The shape of 07's tables at c=4 (numbers from the reproduction [LAB:07-017462-pgqdm]):
+    labkit's loop loses (52.0 -> 48.1) while llama-server gains (50.3 -> 51.7). The row
+    must not pool the two plain arms (51.2) nor set one engine's best against the other's."""
+    table = pd.DataFrame(_conc_rows("labkit", 52.03, 48.08, "ngram") + _conc_rows("llama-server", 50.3, 51.67,
+                                                                                   "ngram-simple"))
+    verdict = pd.DataFrame([{"c": 4, "k": 1, "drafter": "ngram", "engine": "labkit", "speedup": 0.924,
+                             "verdict": "loses at c=4", "other_engine_speedup": 1.027}])
+    base, cand, notes = worksheet.concurrency_fields(table, verdict, 4)
+    assert base == "c=4, tok/s aggregate: labkit 52.0; llama-server 50.3"
+    assert cand == "c=4, tok/s aggregate: labkit 48.1 (ngram k=1, 0.92×); llama-server 51.7 (ngram-simple k=1, 1.03×)"
+    assert notes == "labkit: loses at c=4"
+    assert worksheet.concurrency_loss(verdict, "LAB:07-x") == "labkit loses at c=4 (0.92×) [LAB:07-x]"
+    assert worksheet.concurrency_loss(verdict.assign(speedup=1.03), "LAB:07-x") is None
+    assert worksheet.concurrency_loss(None, "LAB:07-x") is None
+    # no production concurrency in the recipe: the highest c, said so; one engine alone is fine
+    base, cand, notes = worksheet.concurrency_fields(table[table["engine"] == "labkit"], None, None)
+    assert base == "c=4, tok/s aggregate: labkit 52.0" and "highest c measured" in notes
+    # an engine with no plain arm at that c is named, never compared with the other's plain arm
+    no_plain = table[~((table["engine"] == "labkit") & (table["k"] == 0))]
+    base, cand, _ = worksheet.concurrency_fields(no_plain, None, 4)
+    assert base == "c=4, tok/s aggregate: labkit (no plain arm); llama-server 50.3"
+    only_spec = table[table["k"] > 0]
+    assert worksheet.concurrency_fields(only_spec, None, 4)[0].startswith("no data")
 
 
 def test_residency_labels_old_and_new_shapes():
@@ -218,6 +250,11 @@ def test_candidate_keep_or_reject():
     assert word == "keep" and "provisional" in why[0]
     word, why = decision.candidate_verdict(e2e=win, decode=1.3, tool_ok=True, lossless=True, concurrency=False)
     assert word == "keep" and why == ["provisional: production concurrency not re-benched"]
+    loss = "labkit loses at c=4 (0.92×) [LAB:07-017462-pgqdm]"
+    word, why = decision.candidate_verdict(e2e=win, decode=1.3, tool_ok=True, lossless=True, concurrency_loss=loss)
+    assert word == "keep" and why == [f"but at the production concurrency: {loss}"]
+    word, why = decision.candidate_verdict(e2e=win, decode=1.3, tool_ok=False, lossless=True, concurrency_loss=loss)
+    assert word == "reject" and all("concurrency" not in w for w in why)
 
 
 def test_candidate_when_the_protocol_found_no_winner_is_its_first_measured_step():

@@ -85,8 +85,11 @@ def steps_text(steps: pd.DataFrame | None, rows: pd.DataFrame | None, drafter: s
 
 
 def candidate_verdict(*, e2e: dict | None, decode: float | None, tool_ok: bool | None,
-                      lossless: bool | None, concurrency: bool | None = None) -> tuple[str, list[str]]:
-    """keep or reject, with every reason (a missing input makes a keep provisional)."""
+                      lossless: bool | None, concurrency: bool | None = None,
+                      concurrency_loss: str | None = None) -> tuple[str, list[str]]:
+    """keep or reject, with every reason (a missing input makes a keep provisional). A loss
+    at the production concurrency (``concurrency_loss``, 07's verdict in words) does not turn
+    a keep into a reject on its own, since the owner weighs it, but the keep carries it."""
     why, provisional = [], []
     gain = e2e["median"] if e2e else decode
     if gain is None:
@@ -103,7 +106,8 @@ def candidate_verdict(*, e2e: dict | None, decode: float | None, tool_ok: bool |
         provisional.append("production concurrency not re-benched")
     if why:
         return "reject", why
-    return "keep", ([f"provisional: {'; '.join(provisional)}"] if provisional else [])
+    caveat = [f"but at the production concurrency: {concurrency_loss}"] if concurrency_loss else []
+    return "keep", ([f"provisional: {'; '.join(provisional)}"] if provisional else []) + caveat
 
 
 def speculation_words(cells: pd.DataFrame, cand: dict, *, steps: pd.DataFrame | None = None,

@@ -131,14 +131,22 @@ def section_b(c) -> Section:
         if conc is None or conc.empty:
             continue
         verdict = evidence.table_or_none(c, run, "concurrency-verdict")
-        if verdict is not None and not verdict.empty and {"c", "k", "verdict"} <= set(verdict.columns):
-            conc = conc.merge(verdict[["c", "k", "verdict"]], on=["c", "k"], how="left")
+        conc = with_verdict(conc, verdict)
         meta = _run_meta(run)
         out.append(conc.assign(**meta))
         sources.append(_source(run, ["concurrency"] + (["concurrency-verdict"] if verdict is not None else [])))
     return _section("B", pd.concat(out, ignore_index=True) if out else None, sources,
                     "no finished 07_concurrency run with a concurrency table; the re-bench at your concurrency "
                     "is mandatory: run labkit reproduce --only 07_concurrency")
+
+
+def with_verdict(conc: pd.DataFrame, verdict: pd.DataFrame | None) -> pd.DataFrame:
+    """07's concurrency rows with the verdict beside the arm it was reached on: same c and k,
+    and the same engine where the verdict names one (labkit's verdict is not llama-server's)."""
+    if verdict is None or verdict.empty or not {"c", "k", "verdict"} <= set(verdict.columns):
+        return conc
+    keys = ["c", "k"] + (["engine"] if "engine" in verdict.columns and "engine" in conc.columns else [])
+    return conc.merge(verdict[[*keys, "verdict"]], on=keys, how="left")
 
 
 def _section(name: str, df: pd.DataFrame | None, sources: list, missing: str) -> Section:

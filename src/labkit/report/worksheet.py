@@ -147,14 +147,16 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
         f"decode-only {_spread(dec, '×', 'pairs')}" if dec else "", sid)
     tool_ok, tool = _toolsuite(tools, cand)
     add(ITEMS[8], tool["baseline"], tool["candidate"], tool["notes"], tools.id)
-    add(ITEMS[9], *_concurrency(c, conc, recipe), conc.id)
+    *conc_fields, conc_loss = _concurrency(c, conc, recipe)
+    add(ITEMS[9], *conc_fields, conc.id)
     lossless = None
     if rs is not None and "lossless" in rs:
         sel = decision._warm(rs, d, k)["lossless"].dropna()
         lossless = bool(sel.all()) if len(sel) else None
     word, why = decision.candidate_verdict(e2e=e2e, decode=dec["median"] if dec else None, tool_ok=tool_ok,
                                            lossless=lossless,
-                                           concurrency=conc.run is not None and "lab.skipped" not in conc.run.data.tags)
+                                           concurrency=conc.run is not None and "lab.skipped" not in conc.run.data.tags,
+                                           concurrency_loss=conc_loss)
     spec = decision.speculation_words(sw.cells, cand, steps=sw.steps, stopped=sw.stopped,
                                       configured=getattr(recipe, "n_max", None)) if sw.cells is not None else None
     add(ITEMS[10], "-", f"{word}: {d} n_max={k}" + (f" ({'; '.join(why)})" if why else ""),
@@ -217,12 +219,14 @@ def _toolsuite(tools, cand) -> tuple[bool | None, dict]:
         "notes": "; ".join(notes)}
 
 
-def _concurrency(c, conc, recipe) -> tuple[str, str, str]:
+def _concurrency(c, conc, recipe) -> tuple[str, str, str, str | None]:
+    """The production-concurrency row (baseline, candidate, notes) and, when 07's verdict
+    says speculation loses there, that loss in words (else None)."""
     from labkit.report import evidence
 
     if conc.run is None:
         nd = evidence.no_data(f"{conc.why} (re-bench at the production concurrency is mandatory)")
-        return nd, nd, ""
+        return nd, nd, "", None
     want = getattr(recipe, "production_concurrency", None)
     table = evidence.table_or_none(c, conc.run, "concurrency")
     verdict = evidence.table_or_none(c, conc.run, "concurrency-verdict")
@@ -230,21 +234,54 @@ def _concurrency(c, conc, recipe) -> tuple[str, str, str]:
         skipped = conc.run.data.tags.get("lab.skipped")
         nd = evidence.no_data(f"{conc.id} skipped the re-bench: {skipped}" if skipped
                               else f"{conc.id} logged no concurrency table")
-        return nd, nd, ""
+        return nd, nd, "", None
+    return (*concurrency_fields(table, verdict, want), concurrency_loss(verdict, conc.id))
+
+
+def concurrency_loss(verdict: pd.DataFrame | None, source) -> str | None:
+    """07's verdict in words when speculation does not beat plain decoding at the production
+    concurrency ("labkit loses at c=4 (0.92×) [LAB:07-…]"), else None."""
+    if verdict is None or verdict.empty or "speedup" not in verdict.columns:
+        return None
+    v = verdict.iloc[0]
+    if pd.isna(v["speedup"]) or float(v["speedup"]) > 1.0:
+        return None
+    engine = f"{v['engine']} " if "engine" in verdict.columns and pd.notna(v["engine"]) else ""
+    return f"{engine}loses at c={int(v['c'])} ({float(v['speedup']):.2f}×) [{source}]"
+
+
+def concurrency_fields(table: pd.DataFrame, verdict: pd.DataFrame | None, want: int | None) -> tuple[str, str, str]:
+    """Baseline / candidate / notes of the production-concurrency row, from 07's
+    "concurrency" and "concurrency-verdict" tables, at the production concurrency ``want``
+    (else the highest c measured). Each engine (labkit's loop, llama-server) is reported on
+    its own: its plain aggregate, its best speculative arm and that arm's speedup against its
+    own plain arm; numbers from two engines are never pooled or compared with each other."""
+    from labkit.report import evidence
+
     at = want if want is not None and (table["c"] == want).any() else int(table["c"].max())
     g = table[table["c"] == at]
-    plain, spec = g[g["k"] == 0], g[g["k"] > 0]
-    base = f"c={at}: {plain['agg_tok_s'].median():.1f} tok/s aggregate" if len(plain) else evidence.no_data(
+    base, cand = [], []
+    for engine in dict.fromkeys(g["engine"]):
+        e = g[g["engine"] == engine]
+        plain, spec = e[e["k"] == 0], e[e["k"] > 0]
+        base.append(f"{engine} {plain['agg_tok_s'].median():.1f}" if len(plain) else f"{engine} (no plain arm)")
+        if len(spec):
+            best = spec.loc[spec["agg_tok_s"].idxmax()]
+            x = f", {float(best['speedup']):.2f}×" if pd.notna(best.get("speedup")) else ""
+            cand.append(f"{engine} {best['agg_tok_s']:.1f} ({best['drafter']} k={int(best['k'])}{x})")
+    base_s = (f"c={at}, tok/s aggregate: " + "; ".join(base)) if len(g[g["k"] == 0]) else evidence.no_data(
         f"no plain arm at c={at}")
-    best = spec.loc[spec["agg_tok_s"].idxmax()] if len(spec) else None
-    cand = (f"c={at}: {best['agg_tok_s']:.1f} tok/s aggregate ({best['drafter']} k={int(best['k'])})"
-            if best is not None else evidence.no_data(f"no speculative arm at c={at}"))
+    cand_s = (f"c={at}, tok/s aggregate: " + "; ".join(cand)) if cand else evidence.no_data(
+        f"no speculative arm at c={at}")
     notes = "" if want is not None else "recipe sets no production_concurrency: the highest c measured"
     if verdict is not None and not verdict.empty:
         v = verdict[verdict["c"] == at]
         if len(v):
-            notes = "; ".join(x for x in [notes, str(v["verdict"].iloc[0])] if x)
-    return base, cand, notes
+            said = str(v["verdict"].iloc[0])
+            if "engine" in v.columns and pd.notna(v["engine"].iloc[0]):
+                said = f"{v['engine'].iloc[0]}: {said}"
+            notes = "; ".join(x for x in [notes, said] if x)
+    return base_s, cand_s, notes
 
 
 def field_sheet(rows: list[dict]) -> list[dict]:
