@@ -180,16 +180,18 @@ def _interrupt(out: Path, argv: list[str], how: str, after_arms: int) -> dict:
     journal = out / "02_k_sweep.cells.jsonl"
     proc = subprocess.Popen(_cli("--only", "02_k_sweep", "--out", str(out), *argv), env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    kernels: set[int] = set()
+    seen: set[int] = set()  # every process ever under the reproduction, killed if left over
     try:
         end = time.monotonic() + 1200  # a loaded 2-core box takes minutes to start a kernel
         while len(_journal_arms(journal)) < after_arms:
             assert proc.poll() is None, f"the reproduction ended before {after_arms} arms: {proc.communicate()}"
             assert time.monotonic() < end, "no arms journaled in time"
-            kernels.update(procs.descendants(proc.pid))
+            seen.update(procs.descendants(proc.pid))
             time.sleep(0.05)
-        kernels.update(procs.descendants(proc.pid))
-        kernel = next(p for p in kernels if "ipykernel" in procs.cmdline(p))
+        seen.update(procs.descendants(proc.pid))
+        kernels = procs.kernels(proc.pid)
+        assert kernels, "no kernel under the reproduction"
+        kernel = kernels[0]
         if how == "kernel":
             os.kill(kernel, signal.SIGKILL)
         else:
@@ -200,7 +202,7 @@ def _interrupt(out: Path, argv: list[str], how: str, after_arms: int) -> dict:
         assert not left, f"the kernel {kernel} outlived its reproduction ({how})"
         return {"journal": journal, "rc": proc.returncode, "stderr": stderr, "stdout": stdout, "out": out}
     finally:
-        for p in [proc.pid, *kernels]:
+        for p in [proc.pid, *seen]:
             if procs.alive(p):
                 os.kill(p, signal.SIGKILL)
 

@@ -206,10 +206,7 @@ def test_sigterm_marks_the_run_killed_uploads_its_records_and_leaves_no_kernel(s
     assert final.data.metrics["before_term"] == 1.0 and "never" not in final.data.metrics
     logged = {a.path for a in c.list_artifacts(run.info.run_id, "notebook")}
     assert {"notebook/84_term.ipynb", "notebook/84_term.cells.jsonl"} <= logged
-    deadline = time.monotonic() + 20
-    while any(procs.alive(k) for k in kernels) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(procs.alive(k) for k in kernels), f"kernel left running: {kernels}"
+    assert not procs.wait_gone(kernels, 20), f"kernel left running: {kernels}"
 
 
 @pytest.mark.slow  # papermill
@@ -228,10 +225,7 @@ def test_kill_int_stops_a_reproduction_started_in_the_background(store, nb_dir, 
     final = c.get_run(run.info.run_id)
     assert final.info.status == "KILLED" and final.data.metrics["before_int"] == 1.0
     assert "never" not in final.data.metrics
-    deadline = time.monotonic() + 20
-    while any(procs.alive(k) for k in kernels) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(procs.alive(k) for k in kernels), f"kernel left running: {kernels}"
+    assert not procs.wait_gone(kernels, 20), f"kernel left running: {kernels}"
 
 
 # -- one reproduction at a time, its own folder ---------------------------------------------------
