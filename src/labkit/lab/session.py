@@ -46,12 +46,8 @@ _SESSION: Lab | None = None
 OFFLINE_PROBE_S = 30.0
 
 
-
-
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
 
 
 class Lab:
@@ -386,10 +382,6 @@ class Lab:
         self.close(why="the kernel shut down")
 
 
-
-
-
-
 def start(namespace: dict | None = None, *, notebook: str | None = None) -> Lab:
     """Begin (or resume under papermill) the provenance session of this notebook run."""
     global _SESSION
@@ -433,9 +425,5 @@ def current() -> Lab:
     if _SESSION is None:
         raise LabkitError("no labkit session in this kernel", "run `lab = labkit.lab.start(globals())` first")
     return _SESSION
-
-
-
-
 
 

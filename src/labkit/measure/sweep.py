@@ -136,24 +136,6 @@ def _lossless(engine, ids, rows) -> None:
             "divergence"] else None
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def gated_sweep(engine, prompts: list, *, drafters: dict, default_k: pd.DataFrame, make_gate: Callable,
                 **kw) -> pd.DataFrame | None:
     """The global-default (drafter, k) of each greedy row of ``default_k`` measured again

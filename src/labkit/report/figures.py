@@ -35,14 +35,6 @@ def get(kind: str) -> PlotFn:
     return PLOTS[kind]
 
 
-
-
-
-
-
-
-
-
 # -- drawing, stamping, saving ---------------------------------------------------------
 def render(kind: str, data: pd.DataFrame, **kw):
     """Draw figure ``kind`` from ``data``; returns (Figure, drawn DataFrame)."""

@@ -18,12 +18,6 @@ from labkit.provenance.tracking import _find_part
 REL_TOL = 0.10  # for drawn values without a recorded range
 
 
-
-
-
-
-
-
 def _load_frame(c, run_id: str, path: str):
     return frames.frame_from_json(tracking.read_artifact(c, run_id, path))
 
