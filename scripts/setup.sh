@@ -71,8 +71,9 @@ PYEOF
 # pinned version. If it cannot be installed or fails (no index it can reach: uv does not
 # read pip.conf), the same command runs with pip. LABKIT_PIP_ONLY=1 forces pip.
 UV_VERSION=0.13.9
+USE_UV=$([ "${LABKIT_PIP_ONLY:-0}" = 1 ] && echo 0 || echo 1)
 pip_install() {
-    if [ "${LABKIT_PIP_ONLY:-0}" != 1 ]; then
+    if [ "$USE_UV" = 1 ]; then
         if [ -x "$VENV/bin/uv" ] || "$VPY" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION" >/dev/null 2>&1; then
             if "$VENV/bin/uv" pip install -q --python "$VPY" "$@"; then
                 return 0
@@ -81,6 +82,7 @@ pip_install() {
         else
             log "uv $UV_VERSION could not be installed; installing with pip"
         fi
+        USE_UV=0  # once uv has failed here, the later installs go straight to pip
     fi
     "$VPY" -m pip install -q --disable-pip-version-check "$@"
 }
