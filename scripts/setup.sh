@@ -71,18 +71,12 @@ PYEOF
 # pinned version. If it cannot be installed or fails (no index it can reach: uv does not
 # read pip.conf), the same command runs with pip. LABKIT_PIP_ONLY=1 forces pip.
 UV_VERSION=0.13.9
-USE_UV=$([ "${LABKIT_PIP_ONLY:-0}" = 1 ] && echo 0 || echo 1)
+UV=""  # the venv's uv once installed at UV_VERSION; empty: pip
 pip_install() {
-    if [ "$USE_UV" = 1 ]; then
-        if [ -x "$VENV/bin/uv" ] || "$VPY" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION" >/dev/null 2>&1; then
-            if "$VENV/bin/uv" pip install -q --python "$VPY" "$@"; then
-                return 0
-            fi
-            log "uv could not install ($*); falling back to pip"
-        else
-            log "uv $UV_VERSION could not be installed; installing with pip"
-        fi
-        USE_UV=0  # once uv has failed here, the later installs go straight to pip
+    if [ -n "$UV" ]; then
+        "$UV" pip install -q --python "$VPY" "$@" && return 0
+        log "uv could not install ($*); falling back to pip"
+        UV=""  # once uv has failed here, the later installs go straight to pip
     fi
     "$VPY" -m pip install -q --disable-pip-version-check "$@"
 }
@@ -96,6 +90,14 @@ else
     build_pid=""
     if [ -z "$wheel" ]; then
         build_wheel > "$VENV/llama-build.log" 2>&1 & build_pid=$!
+    fi
+    if [ "${LABKIT_PIP_ONLY:-0}" != 1 ]; then
+        # pip checks the pinned version, so a venv holding another uv gets this one
+        if "$VPY" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION" >/dev/null 2>&1; then
+            UV="$VENV/bin/uv"
+        else
+            log "uv $UV_VERSION could not be installed; installing with pip"
+        fi
     fi
     log "installing pinned dependencies into $VENV"
     grep -v -i -E '^llama.cpp.python==' requirements/constraints.txt > "$VENV/.deps.txt"
