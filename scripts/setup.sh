@@ -66,15 +66,18 @@ PYEOF
 
 # Installs go through uv (https://github.com/astral-sh/uv) when it can be had: the same
 # pinned versions as pip, but the ~210 dependencies land in seconds instead of ~2.5 minutes
-# (most of pip's time is unpacking and byte-compiling every file; uv links from its cache
-# and leaves byte-compiling to the first import). uv is pip-installed into the venv at a
-# pinned version. If it cannot be installed or fails (no index it can reach: uv does not
-# read pip.conf), the same command runs with pip. LABKIT_PIP_ONLY=1 forces pip.
+# (most of pip's time is unpacking; uv links from its cache). uv byte-compiles what it
+# installs (--compile-bytecode), as pip does: left to the first import, nothing is ever
+# cached where PYTHONDONTWRITEBYTECODE=1 is set (it is on these build boxes), and every
+# process would recompile mlflow, pandas and matplotlib from source (seconds per notebook
+# kernel and per CLI call on 2 cores). uv is pip-installed into the venv at a pinned
+# version. If it cannot be installed or fails (no index it can reach: uv does not read
+# pip.conf), the same command runs with pip. LABKIT_PIP_ONLY=1 forces pip.
 UV_VERSION=0.13.9
 UV=""  # the venv's uv once installed at UV_VERSION; empty: pip
 pip_install() {
     if [ -n "$UV" ]; then
-        "$UV" pip install -q --python "$VPY" "$@" && return 0
+        "$UV" pip install -q --compile-bytecode --python "$VPY" "$@" && return 0
         log "uv could not install ($*); falling back to pip"
         UV=""  # once uv has failed here, the later installs go straight to pip
     fi
@@ -108,6 +111,8 @@ else
     fi
     log "installing labkit into $VENV"
     pip_install -c requirements/constraints.txt "$wheel" -e ".[dev,mlx,postgres]"
+    # labkit itself is an editable install (src/ is imported in place): compile it too
+    "$VPY" -m compileall -q -j 0 src/labkit >/dev/null || true
     mkdir -p "$VENV/share/labkit"
     cp "$WHEEL_DIR/build.json" "$VENV/share/labkit/llama-build.json"
     echo "$stamp_src" > "$VENV/.labkit-stamp"

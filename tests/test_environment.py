@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import pytest
 import tomllib
 import yaml
 
@@ -40,3 +42,23 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in readme and "make reproduce" in readme
     assert [ln for ln in ci.splitlines() if ln and not ln.startswith("#")] == ["exec make test"]
+
+
+def test_setup_venv_is_byte_compiled():
+    """scripts/setup.sh byte-compiles what it installs (uv --compile-bytecode, compileall on
+    src/labkit): where PYTHONDONTWRITEBYTECODE=1 is set nothing is cached at import, so a
+    venv without .pyc files recompiles mlflow, pandas and matplotlib in every process."""
+    import importlib.util
+    import sys
+
+    import matplotlib
+    import mlflow
+    import pandas
+
+    import labkit.lab.session
+
+    if (ROOT / ".venv").resolve() != Path(sys.prefix).resolve():
+        pytest.skip(f"not running in the venv scripts/setup.sh makes ({sys.prefix})")
+    missing = [m.__name__ for m in (mlflow, pandas, matplotlib, labkit.lab.session)
+               if not Path(importlib.util.cache_from_source(m.__file__)).is_file()]
+    assert not missing, f"no byte-compiled cache for {missing}: setup.sh must compile at install time"
