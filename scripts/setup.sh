@@ -112,7 +112,8 @@ else
     log "installing labkit into $VENV"
     pip_install -c requirements/constraints.txt "$wheel" -e ".[dev,mlx,postgres]"
     # labkit itself is an editable install (src/ is imported in place): compile it too
-    "$VPY" -m compileall -q -j 0 src/labkit >/dev/null || true
+    "$VPY" -m compileall -q -j 0 src/labkit >/dev/null \
+        || log "could not byte-compile src/labkit (run: $VPY -m compileall src/labkit); it still imports, only slower"
     mkdir -p "$VENV/share/labkit"
     cp "$WHEEL_DIR/build.json" "$VENV/share/labkit/llama-build.json"
     echo "$stamp_src" > "$VENV/.labkit-stamp"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,17 +50,14 @@ def test_setup_venv_is_byte_compiled():
     """scripts/setup.sh byte-compiles what it installs (uv --compile-bytecode, compileall on
     src/labkit): where PYTHONDONTWRITEBYTECODE=1 is set nothing is cached at import, so a
     venv without .pyc files recompiles mlflow, pandas and matplotlib in every process."""
-    import importlib.util
-    import sys
-
+    if (ROOT / ".venv").resolve() != Path(sys.prefix).resolve():
+        pytest.skip(f"not running in the venv scripts/setup.sh makes ({sys.prefix})")
     import matplotlib
     import mlflow
     import pandas
 
     import labkit.lab.session
 
-    if (ROOT / ".venv").resolve() != Path(sys.prefix).resolve():
-        pytest.skip(f"not running in the venv scripts/setup.sh makes ({sys.prefix})")
     missing = [m.__name__ for m in (mlflow, pandas, matplotlib, labkit.lab.session)
                if not Path(importlib.util.cache_from_source(m.__file__)).is_file()]
     assert not missing, f"no byte-compiled cache for {missing}: setup.sh must compile at install time"
