@@ -24,7 +24,9 @@
 # with its first divergence and logit gap. Sampled runs (seeded) give the noise band: the
 # spread of the off runs. The verdict applies the tolerance in points
 # (`toolsuite_tolerance_pts`, the chapter's ±10) beside that band; a paired test over tasks
-# (exact McNemar, bootstrap) and every task's output on vs off are logged too.
+# (exact McNemar, bootstrap) and every task's output on vs off are logged too. The runs go
+# task by task: each prompt is computed once for all of a task's runs (the same KV cells
+# and logits, so the same outputs), and an interrupted run resumes at the next task.
 
 # %% tags=["parameters"]
 recipe = "default"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
@@ -13,6 +14,14 @@ def test_suite_off_vs_on_greedy(engine):
     tasks = toolsuite.load_tasks()[:6]
     off = qc.run_suite(engine, tasks)
     on = qc.run_suite(engine, tasks, drafter=NgramDrafter(), k=3)
+    # task by task, each prompt computed once for both runs (prompt reuse): the same output
+    # and the same steps as the two runs made one after the other
+    both = qc.run_blocks(engine, tasks, [qc.Block(None, 0, 0.0, 0), qc.Block(NgramDrafter(), 3, 0.0, 0)])
+    for alone, together in zip((off, on), both):
+        assert together["rows"]["output"].tolist() == alone["rows"]["output"].tolist()
+        for t in tasks:
+            a, b = alone["records"][t.id], together["records"][t.id]
+            assert [(r.tokens, r.draft, r.m) for r in a] == [(r.tokens, r.draft, r.m) for r in b]
     assert off["summary"]["n"] == 6 and 0 <= off["summary"]["score"] <= 1
     for out in off["rows"]["output"]:
         assert "\n" not in out.rstrip("\n")  # generation stops at the first newline
@@ -90,3 +99,39 @@ def test_paired_test_pairs_by_task_and_run():
                       on.assign(category="single", error=None, output=["x", "q", "z", "z"]))
     assert list(t["same_output"]) == [True, False, True, True]
     assert {"output_off", "output_on", "correct_off", "correct_on"} <= set(t.columns)
+
+
+def test_prompt_reuse_serves_the_prompt_without_computing_it_again(engine):
+    """Inside ``prompt_reuse`` a second prefill of the same prompt decodes nothing: the cache
+    is rolled back to the prompt's end and the saved last row is served, and what follows
+    is bit for bit what followed the first time. Outside it, every prefill computes."""
+    ids = [engine.tokenize(toolsuite.build_prompt(t)) for t in toolsuite.load_tasks()[:2]]
+    calls = []
+    real = engine.decode
+
+    def counted(tokens, **kw):
+        calls.append(len(tokens))
+        return real(tokens, **kw)
+
+    engine.decode = counted
+    try:
+        with engine.prompt_reuse() as on:
+            assert on
+            rows = engine.prefill(ids[0])
+            first = engine.logits(-1).copy()
+            nxt = int(first.argmax())
+            engine.decode([nxt])
+            after = engine.logits(-1).copy()
+            n = len(calls)
+            assert engine.prefill(ids[0]) == rows and len(calls) == n  # nothing computed
+            assert engine.n_past == len(ids[0]) and engine.kv_tokens == ids[0]
+            assert np.array_equal(engine.logits(-1), first) and engine.argmax() == nxt
+            engine.decode([nxt])
+            assert np.array_equal(engine.logits(-1), after)
+            engine.prefill(ids[1])  # another prompt is computed
+            assert len(calls) > n + 1
+        n = len(calls)
+        engine.prefill(ids[1])  # outside the block: computed again
+        assert len(calls) > n
+    finally:
+        del engine.decode

@@ -96,22 +96,25 @@ def test_power_runs_resume(engine):
     assert again[["prompt", "run", "k"]].values.tolist() == rows[["prompt", "run", "k"]].values.tolist()
 
 
-def test_tool_suite_blocks_resume(engine):
+def test_tool_suite_tasks_resume(engine):
     tasks = toolsuite.load_tasks()[:2]
     kw = {"drafters": {"ngram": NgramDrafter()}, "k": 2, "runs": 1, "temperature": 0.7}
     full = Collect()
     res = qc.control(engine, tasks, on_arm=full, **kw)
-    assert full.keys == full.planned and len(full.keys) == 4
-    # the journal's JSON form of the first two blocks (greedy off and on: their records
-    # feed the greedy divergence check), then resumed
+    # one arm per task, holding its four runs (greedy off and on, sampled off and on)
+    assert full.keys == full.planned and len(full.keys) == 2
+    assert [len(full.rows[k]["_rows"]) for k in full.keys] == [4, 4]
+    # the journal's JSON form of the first task (its greedy records feed the divergence
+    # check), then resumed: only the second task is measured
     skip = {k: json.loads(arm_journal.dumps({**full.rows[k], "_records": arm_journal.compact(full.rows[k]["_records"])}))
-            for k in full.keys[:2]}
+            for k in full.keys[:1]}
     rest = Collect()
     again = qc.control(engine, tasks, on_arm=rest, skip=skip, **kw)
-    assert rest.keys == full.keys[2:]
+    assert rest.keys == full.keys[1:]
     cols = ["spec", "drafter", "temperature", "run", "score"]
     pd.testing.assert_frame_equal(again["scores"][cols], res["scores"][cols])
     assert again["divergences"].equals(res["divergences"])
+    assert again["task_pairs"]["output_on"].tolist() == res["task_pairs"]["output_on"].tolist()
 
 
 def test_drift_table_flags_a_moved_box():

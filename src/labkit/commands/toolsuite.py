@@ -58,12 +58,10 @@ def main(argv=None) -> int:
         else:
             temp = args.temperature or 0.0
             name, d = next(iter(drafters.items())) if drafters else ("none", None)
-            scores = []
-            for i in range(runs):
-                progress(f"tool suite: spec {args.spec} ({name}), T={temp}, run {i + 1}/{runs}")
-                res = qc.run_suite(engine, tasks, drafter=d, k=k if d else 0, temperature=temp,
-                                   seed=r.seed + 1000 * (i + 1) if temp > 0 else r.seed)
-                scores.append(res["summary"])
+            progress(f"tool suite: spec {args.spec} ({name}), T={temp}, {runs} run(s), task by task")
+            blocks = [qc.Block(d, k if d else 0, temp, r.seed + 1000 * (i + 1) if temp > 0 else r.seed)
+                      for i in range(runs)]
+            scores = [res["summary"] for res in qc.run_blocks(engine, tasks, blocks)]
             out = {"spec": args.spec, "drafter": name, "k": k if d else 0, "temperature": temp, "runs": scores}
         out.update(tasks=len(tasks), provenance=fingerprint.collect(recipe=r, engine=engine))
     emit(out)

@@ -275,6 +275,7 @@ class LlamaCppEngine(VocabEngine):
         self._pos = np.ctypeslib.as_array(self.batch.pos, shape=(self.n_batch,))
         self._out = np.ctypeslib.as_array(self.batch.logits, shape=(self.n_batch,))
         self._rows = 0  # output rows of the last decode
+        self._served: np.ndarray | None = None  # a reused prompt's saved last row (prompt_reuse)
         self._row_index: list[int] = []  # output row -> batch index
         self.n_past = 0
         self.kv_tokens: list[int] = []
@@ -288,6 +289,7 @@ class LlamaCppEngine(VocabEngine):
         if n == 0:
             raise EngineError("decode called with no tokens", "this is a bug in the caller")
         self.check_fits(n, what="this decode")
+        self._served = None
         lc = self._lc
         for off in range(0, n, self.n_batch):
             chunk = tokens[off : off + self.n_batch]
@@ -322,6 +324,8 @@ class LlamaCppEngine(VocabEngine):
             i += self._rows
         if not 0 <= i < self._rows:
             raise IndexError(f"logits row {i} of {self._rows}")
+        if self._served is not None:
+            return self._served
         ptr = self._lc.llama_get_logits_ith(self.ctx, i if self._rows > 1 else -1)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
 
@@ -379,6 +383,7 @@ class LlamaCppEngine(VocabEngine):
             i += m
         self._mout[:n] = 1
         b.n_tokens = n
+        self._served = None
         rc = lc.llama_decode(self.ctx, b)
         if rc != 0:
             for s, _ in parts:  # whatever this batch wrote is not trusted
@@ -396,6 +401,7 @@ class LlamaCppEngine(VocabEngine):
         """Put ``prompt`` in sequence ``seq`` (empty before), chunked as :meth:`prefill` chunks
         it, with the last row's logits; returns the rows decoded."""
         self.seq_rollback(seq, 0)
+        self._served = None
         lc = self._lc
         b = self._multi_batch()
         n = len(prompt)
@@ -429,6 +435,12 @@ class LlamaCppEngine(VocabEngine):
                                   "this model's cache type cannot be partially erased; speculation needs one that can")
         self.seq_n_past[seq] = min(self.seq_n_past[seq], n_past)
 
+    def _can_reuse_prompts(self) -> bool:
+        return not self.decode_hooks  # the MTP drafter's hooks must see every prompt row
+
+    def _serve_logits(self, row: np.ndarray) -> None:
+        self._served, self._rows = row, 1
+
     def seq_clear(self) -> None:
         """Empty every sequence (and the single-sequence state of sequence 0)."""
         self._lc.llama_memory_clear(self.mem, True)
@@ -439,6 +451,8 @@ class LlamaCppEngine(VocabEngine):
     def argmax_rows(self, rows: int | None = None) -> np.ndarray:
         """The argmax of each of the first ``rows`` output rows of the last decode (one numpy call)."""
         rows = self._rows if rows is None else rows
+        if self._served is not None:
+            return self._served[None, :].argmax(axis=1)[:rows]
         ptr = self._lc.llama_get_logits(self.ctx)
         return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab)).argmax(axis=1)
 

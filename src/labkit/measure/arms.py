@@ -1,6 +1,6 @@
 """Arms: the unit a long measurement journals as it goes and a resumed one skips.
 
-An arm is one measured unit (a generation of the k sweep, a block of the tool suite, a
+An arm is one measured unit (a generation of the k sweep, a task of the tool suite with all its runs, a
 power window). A measurement function that can be resumed takes two keyword arguments:
 
 - ``on_arm(key, row, records)``: called as each arm finishes, with its summary row and

@@ -13,8 +13,10 @@ difference) says whether on and off differ task by task, not only in total.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -29,25 +31,77 @@ from labkit.suites import toolsuite
 def run_suite(engine, tasks, *, drafter=None, k: int = 0, temperature: float = 0.0, seed: int = 0,
               max_tokens: int = toolsuite.MAX_TOKENS, make_gate: Callable | None = None) -> dict:
     """Every task once: its output, score and speed. Records are kept for divergence checks."""
+    return run_blocks(engine, tasks, [Block(drafter, k, temperature, seed)], max_tokens=max_tokens,
+                      make_gate=make_gate)[0]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One suite run: every task once with this drafter (None: speculation off), k,
+    temperature and base seed (task i is seeded ``seed + i``)."""
+
+    drafter: object | None
+    k: int
+    temperature: float
+    seed: int
+
+
+def run_blocks(engine, tasks, blocks: list[Block], *, max_tokens: int = toolsuite.MAX_TOKENS,
+               make_gate: Callable | None = None, on_task: Callable | None = None,
+               done: Callable | None = None) -> list[dict]:
+    """Several suite runs (``blocks``) over the same tasks, task by task: per block the
+    ``run_suite`` result (summary, rows, records, prompts).
+
+    Task by task so that each task's prompt is computed once for all its blocks
+    (``Engine.prompt_reuse``: the same KV cells and last-row logits, so every block's
+    output is what block-by-block runs give; prefill times are not measured here). The
+    few-shot preamble every task shares stays cached across tasks (``keep_prefix``).
+    ``on_task(task, results)`` is called as each task finishes, with its (row, records)
+    per block; ``done(task)`` may return such a list for a task measured earlier (resume).
+    """
     stops = engine.tokens_containing(toolsuite.STOP)
-    rows, scores, records, prompts = [], [], {}, {}
-    all_ids = [engine.tokenize(toolsuite.build_prompt(task)) for task in tasks]
-    keep = _common_prefix(all_ids)  # the few-shot preamble every task shares
-    for i, (task, ids) in enumerate(zip(tasks, all_ids)):
-        recs = run(engine, ids, drafter=drafter, k=k, max_tokens=max_tokens, temperature=temperature,
-                   seed=seed + i, gate=make_gate() if (make_gate and k > 0) else None, stop_tokens=stops,
-                   keep_prefix=keep)
-        text = engine.detokenize(tokens_of(recs))
-        sc = toolsuite.score_task(task, text)
-        s = summarize(recs)
-        scores.append(sc)
-        records[task.id], prompts[task.id] = recs, ids
-        rows.append({"task": task.id, "category": task.category, "correct": sc.correct, "parsed": sc.parsed,
-                     "valid": sc.valid, "right_tool": sc.right_tool, "right_args": sc.right_args,
-                     "error": sc.error, "output": text, "tokens": s.tokens, "decode_tok_s": s.decode_tok_s,
-                     "acceptance": s.acceptance})
-    return {"summary": toolsuite.summarize(scores), "rows": pd.DataFrame(rows), "records": records,
-            "prompts": prompts}
+    prompts = {t.id: engine.tokenize(toolsuite.build_prompt(t)) for t in tasks}
+    keep = _common_prefix(list(prompts.values()))
+    acc = [{"rows": [], "scores": [], "records": {}} for _ in blocks]
+    with contextlib.ExitStack() as stack:
+        for e in _engines(engine, blocks):
+            stack.enter_context(e.prompt_reuse())
+        for i, task in enumerate(tasks):
+            got = done(task) if done is not None else None
+            if got is None:
+                got = [_run_task(engine, task, prompts[task.id], b, seed=b.seed + i, keep=keep, stops=stops,
+                                 max_tokens=max_tokens, make_gate=make_gate) for b in blocks]
+                if on_task is not None:
+                    on_task(task, got)
+            for a, (row, recs) in zip(acc, got):
+                a["rows"].append(row)
+                a["scores"].append(toolsuite.score_task(task, row["output"]))
+                a["records"][task.id] = recs
+    return [{"summary": toolsuite.summarize(a["scores"]), "rows": pd.DataFrame(a["rows"]), "records": a["records"],
+             "prompts": prompts} for a in acc]
+
+
+def _engines(engine, blocks: list[Block]) -> list:
+    """The target and every draft model's engine the blocks use (each reuses its prompts)."""
+    out = [engine]
+    for b in blocks:
+        e = getattr(b.drafter, "engine", None)
+        if e is not None and hasattr(e, "prompt_reuse") and all(e is not x for x in out):
+            out.append(e)
+    return out
+
+
+def _run_task(engine, task, ids, b: Block, *, seed: int, keep: int, stops, max_tokens: int,
+              make_gate: Callable | None) -> tuple[dict, list]:
+    """One task of one block: its table row and step records."""
+    recs = run(engine, ids, drafter=b.drafter, k=b.k, max_tokens=max_tokens, temperature=b.temperature, seed=seed,
+               gate=make_gate() if (make_gate and b.k > 0) else None, stop_tokens=stops, keep_prefix=keep)
+    text = engine.detokenize(tokens_of(recs))
+    sc = toolsuite.score_task(task, text)
+    s = summarize(recs)
+    return ({"task": task.id, "category": task.category, "correct": sc.correct, "parsed": sc.parsed,
+             "valid": sc.valid, "right_tool": sc.right_tool, "right_args": sc.right_args, "error": sc.error,
+             "output": text, "tokens": s.tokens, "decode_tok_s": s.decode_tok_s, "acceptance": s.acceptance}, recs)
 
 
 def _common_prefix(seqs: list[list[int]]) -> int:
@@ -149,33 +203,47 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
 
     Besides the scores: ``task_pairs`` (every task's output off vs on, per drafter,
     temperature and run) and ``paired`` (the paired test per drafter and temperature).
-    One arm is one block (the whole task set, one spec setting, drafter, temperature and
-    run), keyed ``taskset~T~off|on~drafter~round~k``; ``on_arm`` and ``skip`` journal and
-    resume blocks (see ``measure.arms``), each with its per-task rows and step records.
+    The suite runs (blocks: greedy off, greedy on per drafter, then the sampled runs off
+    and on) go task by task (``run_blocks``: each prompt computed once for all blocks), so
+    one arm is one task with all its blocks, keyed ``taskset~task~T~drafters~runs~k``;
+    ``on_arm`` and ``skip`` journal and resume tasks (see ``measure.arms``), each with its
+    per-block rows and step records.
     """
     say = progress or (lambda _m: None)
     taskset = "ts" + hashlib.sha256(",".join(t.id for t in tasks).encode()).hexdigest()[:8]
-    blocks = ([(0.0, None, 0)] + [(0.0, n, 0) for n in drafters] + [(temperature, None, r) for r in range(runs)]
-              + [(temperature, n, r) for n in drafters for r in range(runs)])
+    plan = ([(0.0, None, 0)] + [(0.0, n, 0) for n in drafters] + [(temperature, None, r) for r in range(runs)]
+            + [(temperature, n, r) for n in drafters for r in range(runs)])
+    blocks = [Block(drafters[n] if n else None, k if n else 0, temp,
+                    seed if temp == 0 else seed + 1000 * (r + 1)) for temp, n, r in plan]
+    tag = "+".join(drafters) or "none"
 
-    def block_key(temp, name, r):
-        return arms.key(taskset, f"T{temp:g}", "on" if name else "off", name or "none", f"r{r}", f"k{k if name else 0}")
+    def task_key(task):
+        return arms.key(taskset, task.id, f"T{temperature:g}", tag, f"r{runs}", f"k{k}")
 
-    arms.plan(on_arm, [block_key(*b) for b in blocks])
+    arms.plan(on_arm, [task_key(t) for t in tasks])
 
-    def block(temp, name, r):
-        """The suite run of one block and its scores-table row (measured, or restored)."""
-        bkey = block_key(temp, name, r)
-        got = arms.restored(skip, bkey)
-        if got is not None:
-            row, recs = got
-            res = {"summary": row.pop("_summary"), "rows": pd.DataFrame(row.pop("_tasks")), "records": recs,
-                   "prompts": {t.id: engine.tokenize(toolsuite.build_prompt(t)) for t in tasks}}
-            return res, row
-        spec = f"speculation on ({name}, k={k})" if name else "speculation off"
-        say(f"tool suite: greedy, {spec}" if temp == 0 else f"tool suite: T={temp}, {spec}, run {r + 1}/{runs}")
-        res = run_suite(engine, tasks, drafter=drafters[name] if name else None, k=k if name else 0,
-                        temperature=temp, seed=seed if temp == 0 else seed + 1000 * (r + 1))
+    def finished(task, got):
+        row = {"task": task.id, "category": task.category, "blocks": len(got),
+               "_rows": [r for r, _ in got]}
+        arms.finished(on_arm, task_key(task), row, {f"b{i}": recs for i, (_, recs) in enumerate(got)})
+
+    def restored(task):
+        got = arms.restored(skip, task_key(task))
+        if got is None:
+            return None
+        row, recs = got
+        rows = row.get("_rows") or []
+        if len(rows) != len(blocks) or not isinstance(recs, dict):
+            return None  # journaled by a different plan: measure it again
+        return [(r, recs.get(f"b{i}")) for i, r in enumerate(rows)]
+
+    say(f"tool suite: {len(tasks)} tasks x {len(blocks)} runs (greedy off/on, T={temperature:g} off/on x {runs}), "
+        "task by task")
+    results = run_blocks(engine, tasks, blocks, on_task=finished, done=restored)
+
+    def block(i):
+        temp, name, r = plan[i]
+        res = results[i]
         row = {"spec": "on" if name else "off", "drafter": name or "none", "temperature": temp, "run": r,
                "score": res["summary"]["score"]}
         if name and temp == 0:
@@ -183,17 +251,15 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
             row["acceptance"] = float(acc.dropna().median()) if acc.notna().any() else None
         row.update(_cats(res))
         row["decode_tok_s"] = float(res["rows"]["decode_tok_s"].median())
-        arm_row = {**row, "_tasks": res["rows"].to_dict("records"), "_summary": res["summary"]}
-        arms.finished(on_arm, bkey, arm_row, res["records"])
-        row.update({c: v for c, v in arm_row.items() if c not in row and not c.startswith("_")})
         return res, row
 
     table, divs, verdicts = [], [], {}
-    off, row = block(0.0, None, 0)
+    at = iter(range(len(plan)))
+    off, row = block(next(at))
     table.append(row)
     per_run: dict = {("none", "greedy"): [off["rows"].assign(run=0)]}
     for name in drafters:
-        on, row = block(0.0, name, 0)
+        on, row = block(next(at))
         table.append(row)
         per_run[(name, "greedy")] = [on["rows"].assign(run=0)]
         dv = greedy_divergences(engine, off, on)
@@ -201,14 +267,14 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
         divs.append(dv)
     sampled_off = []
     for r in range(runs):
-        res, row = block(temperature, None, r)
+        res, row = block(next(at))
         sampled_off.append(res["summary"]["score"])
         table.append(row)
         per_run.setdefault(("none", "sampled"), []).append(res["rows"].assign(run=r))
     for name in drafters:
         on_scores = []
         for r in range(runs):
-            res, row = block(temperature, name, r)
+            res, row = block(next(at))
             on_scores.append(res["summary"]["score"])
             table.append(row)
             per_run.setdefault((name, "sampled"), []).append(res["rows"].assign(run=r))

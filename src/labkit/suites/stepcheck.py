@@ -54,18 +54,22 @@ class SuiteCheck:
         return cls(engine, drafters=drafters, n_tasks=n, runs=recipe.toolsuite_runs,
                    temperature=recipe.toolsuite_temperature, seed=recipe.seed, progress=progress)
 
-    def _runs(self, drafter=None, k: int = 0) -> list[dict]:
-        return [qc.run_suite(self.engine, self.tasks, drafter=drafter, k=k, temperature=self.temperature,
-                             seed=self.seed + 1000 * (r + 1)) for r in range(self.runs)]
+    def _blocks(self, drafter=None, k: int = 0) -> list[qc.Block]:
+        return [qc.Block(drafter, k, self.temperature, self.seed + 1000 * (r + 1)) for r in range(self.runs)]
 
     def __call__(self, drafter: str, k: int) -> dict:
         if self.skipped:
             return {"skipped": self.skipped}
-        if self._off is None:
-            self.say(f"protocol suite check: {len(self.tasks)} tasks x {self.runs} runs, speculation off")
-            self._off = [r["summary"]["score"] for r in self._runs()]
-        self.say(f"protocol suite check: {drafter} k={k}")
-        runs = self._runs(self.drafters[drafter], k)
+        blocks = self._blocks(self.drafters[drafter], k)
+        if self._off is None:  # the off runs with the first check, task by task (each prompt computed once)
+            self.say(f"protocol suite check: {len(self.tasks)} tasks x {self.runs} runs, speculation off, "
+                     f"and {drafter} k={k}")
+            res = qc.run_blocks(self.engine, self.tasks, self._blocks() + blocks)
+            self._off = [r["summary"]["score"] for r in res[: self.runs]]
+            runs = res[self.runs :]
+        else:
+            self.say(f"protocol suite check: {drafter} k={k}")
+            runs = qc.run_blocks(self.engine, self.tasks, blocks)
         on = [r["summary"]["score"] for r in runs]
         acc = pd.concat([r["rows"]["acceptance"] for r in runs]).dropna()
         v = {**qc.verdict(self._off, on), "drafter": drafter, "k": k, "tasks": len(self.tasks),
