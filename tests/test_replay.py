@@ -123,3 +123,49 @@ def test_replay_equals_measured_draft_model_runs(engine, draft_engine, prompts):
     d = ModelDrafter(draft_engine, target=engine)
     measured, replayed, steps = measured_vs_replayed(engine, prompts[0], d, 2)
     assert replayed == measured and sum(s["accepted"] for s in steps) > 0
+
+
+def test_prediction_computes_a_draft_models_prompt_once_for_every_k(engine, draft_engine, prompts):
+    """``measure.protocol.predict`` replays k = 1, 2, 3 with one draft model: its prompt is
+    computed once (at k = 1) and reused, the replayed steps are those of replays that each
+    compute it afresh, and every k is priced with the begin time measured at k = 1.
+    The prices (V, H) are SYNTHETIC: only the patterns and the begin times are checked."""
+    from types import SimpleNamespace
+
+    from labkit.decoding.drafters.model import ModelDrafter
+    from labkit.decoding.loop import run, tokens_of
+    from labkit.measure import protocol as mp
+
+    d = ModelDrafter(draft_engine, target=engine)
+    ids = list(prompts[0])
+    prefills, inside = [], []
+    real_decode, real_prefill = draft_engine.decode, draft_engine.prefill
+
+    def decode(tokens, **kw):
+        if inside:
+            prefills[-1] += len(tokens)
+        return real_decode(tokens, **kw)
+
+    def prefill(prompt, **kw):
+        prefills.append(0)
+        inside.append(1)
+        try:
+            return real_prefill(prompt, **kw)
+        finally:
+            inside.pop()
+
+    draft_engine.decode, draft_engine.prefill = decode, prefill
+    try:
+        pred = mp.predict(engine, [SimpleNamespace(id="p0", workload="w", ids=ids)], drafters={"model": d},
+                          ks=[0, 1, 2, 3], max_tokens=MAX_TOKENS, V=lambda m: 20.0 + 0 * m, H=20.0)
+    finally:
+        del draft_engine.decode, draft_engine.prefill
+    assert prefills == [len(ids), 0, 0]  # three begins: the prompt computed at k = 1 only
+    plain = tokens_of(run(engine, ids, k=0, max_tokens=MAX_TOKENS))
+    fresh = rp.replay_sweep(ids, plain, lambda: d, [1, 2, 3], max_tokens=MAX_TOKENS)  # each k computes it
+    got = {r["k"]: r["steps"] for r in pred["replays"]}
+    assert sorted(got) == [1, 2, 3]
+    for k in (1, 2, 3):
+        assert pattern(got[k]) == pattern(fresh[k])
+    assert got[2][0]["draft_ms"] == got[3][0]["draft_ms"] == got[1][0]["draft_ms"] > 0
+    assert got[2][0]["begin_measured_at_k"] == got[3][0]["begin_measured_at_k"] == 1

@@ -19,6 +19,7 @@ sweep predicted before any speculative arm is measured.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import pandas as pd
@@ -140,10 +141,14 @@ def predict(engine, prompts: list, *, drafters: dict, ks: list[int], max_tokens:
     plain step ``H``. Only ``REPLAYABLE`` drafters are predicted (the rest are listed).
 
     Drafters are reused across prompts and k: ``begin`` resets an n-gram index or a draft
-    model's cache completely, which is what a fresh drafter would do.
+    model's cache completely, which is what a fresh drafter would do. A draft model's
+    prompt is computed once per prompt, at the first k (``Engine.prompt_reuse``: the same
+    cells, so the same proposals); its measured begin time prices every k's first step.
     """
     replays, plain_runs, accept_ms = [], [], []
     names = [d for d in drafters if d in REPLAYABLE]
+    own = {d: e for d in names if (e := getattr(drafters[d], "engine", None)) is not None and e is not engine
+           and hasattr(e, "prompt_reuse")}  # a draft model's own engine
     for i, p in enumerate(prompts):
         ids = list(p.ids) if getattr(p, "ids", None) else engine.tokenize(p.text)
         recs = run(engine, ids, k=0, max_tokens=max_tokens)
@@ -151,7 +156,14 @@ def predict(engine, prompts: list, *, drafters: dict, ks: list[int], max_tokens:
         plain_runs.append({"prompt": p.id, "tokens": plain})
         accept_ms += [r.accept_ms for r in recs if r.mode == "plain"]
         for d in names:
-            for k, steps in rp.replay_sweep(ids, plain, lambda d=d: drafters[d], ks, max_tokens=max_tokens).items():
+            with own[d].prompt_reuse() if d in own else contextlib.nullcontext(False) as reused:
+                sweep = rp.replay_sweep(ids, plain, lambda d=d: drafters[d], ks, max_tokens=max_tokens)
+            if reused and sweep:
+                first = min(sweep)
+                for k, steps in sweep.items():  # the begin each k's real run pays: the one measured
+                    if k != first:
+                        steps[0].update(draft_ms=sweep[first][0]["draft_ms"], begin_measured_at_k=first)
+            for k, steps in sweep.items():
                 replays.append({"drafter": d, "workload": p.workload, "prompt": p.id, "k": k, "steps": steps,
                                 "prefill_ms": recs[0].verify_ms + recs[0].accept_ms})
         if progress:
