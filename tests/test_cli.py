@@ -97,3 +97,12 @@ def test_prompt_longer_than_context(tmp_path):
     f.write_text("word " * 5000)
     p = labkit("bench", "spec", "--prompt-file", str(f), "--k", "2", check=False)
     assert p.returncode == 2 and "raise n_ctx" in p.stderr
+
+
+def test_toolsuite_scores_each_seeded_run():
+    """``labkit toolsuite --spec on --runs 2``: the runs go task by task (each prompt computed
+    once for both), and each seeded run is scored on its own."""
+    out = last_json(labkit("toolsuite", "--spec", "on", "--drafter", "ngram", "--k", "1", "--runs", "2", "--tasks", "2",
+                           "--temperature", "0.7"))
+    assert out["spec"] == "on" and out["drafter"] == "ngram" and out["k"] == 1 and out["tasks"] == 2
+    assert len(out["runs"]) == 2 and all(r["n"] == 2 and 0 <= r["score"] <= 1 for r in out["runs"])
