@@ -35,9 +35,8 @@ def main() -> None:
     engine = runtime.open_target(r, drafter_names=["ngram"])
     ngram = runtime.make_drafter("ngram", r, engine)
     tasks = toolsuite.load_tasks()[: args.tasks]
-    blocks = ([qc.Block(None, 0, 0.0, r.seed), qc.Block(ngram, args.k, 0.0, r.seed)]
-              + [qc.Block(None, 0, 0.7, r.seed + 1000 * (i + 1)) for i in range(args.runs)]
-              + [qc.Block(ngram, args.k, 0.7, r.seed + 1000 * (i + 1)) for i in range(args.runs)])
+    blocks = [b for _, b in qc.control_plan({"ngram": ngram}, k=args.k, runs=args.runs,
+                                            temperature=r.toolsuite_temperature, seed=r.seed)]
     engine.prefill(engine.tokenize(toolsuite.build_prompt(tasks[0])))  # warm: the preamble, once, for both arms
     times: dict[str, list[float]] = {"block_by_block": [], "task_by_task": []}
     outputs: dict[str, list] = {}

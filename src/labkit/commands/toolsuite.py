@@ -59,8 +59,7 @@ def main(argv=None) -> int:
             temp = args.temperature or 0.0
             name, d = next(iter(drafters.items())) if drafters else ("none", None)
             progress(f"tool suite: spec {args.spec} ({name}), T={temp}, {runs} run(s), task by task")
-            blocks = [qc.Block(d, k if d else 0, temp, r.seed + 1000 * (i + 1) if temp > 0 else r.seed)
-                      for i in range(runs)]
+            blocks = [qc.Block(d, k if d else 0, temp, qc.run_seed(r.seed, temp, i)) for i in range(runs)]
             scores = [res["summary"] for res in qc.run_blocks(engine, tasks, blocks)]
             out = {"spec": args.spec, "drafter": name, "k": k if d else 0, "temperature": temp, "runs": scores}
         out.update(tasks=len(tasks), provenance=fingerprint.collect(recipe=r, engine=engine))

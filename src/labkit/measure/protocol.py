@@ -147,8 +147,7 @@ def predict(engine, prompts: list, *, drafters: dict, ks: list[int], max_tokens:
     """
     replays, plain_runs, accept_ms = [], [], []
     names = [d for d in drafters if d in REPLAYABLE]
-    own = {d: e for d in names if (e := getattr(drafters[d], "engine", None)) is not None and e is not engine
-           and hasattr(e, "prompt_reuse")}  # a draft model's own engine
+    own = {d: e for d in names if (e := drafters[d].own_engine) is not None}  # a draft model's engine
     for i, p in enumerate(prompts):
         ids = list(p.ids) if getattr(p, "ids", None) else engine.tokenize(p.text)
         recs = run(engine, ids, k=0, max_tokens=max_tokens)

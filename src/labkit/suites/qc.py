@@ -35,6 +35,11 @@ def run_suite(engine, tasks, *, drafter=None, k: int = 0, temperature: float = 0
                       make_gate=make_gate)[0]
 
 
+def run_seed(seed: int, temperature: float, run: int) -> int:
+    """The base seed of a suite run: ``seed`` for greedy, ``seed + 1000 * (run + 1)`` for sampled run ``run``."""
+    return seed if temperature == 0 else seed + 1000 * (run + 1)
+
+
 @dataclass(frozen=True)
 class Block:
     """One suite run: every task once with this drafter (None: speculation off), k,
@@ -75,20 +80,36 @@ def run_blocks(engine, tasks, blocks: list[Block], *, max_tokens: int = toolsuit
                     on_task(task, got)
             for a, (row, recs) in zip(acc, got):
                 a["rows"].append(row)
-                a["scores"].append(toolsuite.score_task(task, row["output"]))
+                a["scores"].append(_score(row))
                 a["records"][task.id] = recs
     return [{"summary": toolsuite.summarize(a["scores"]), "rows": pd.DataFrame(a["rows"]), "records": a["records"],
              "prompts": prompts} for a in acc]
+
+
+def control_plan(drafters: dict, *, k: int, runs: int, temperature: float, seed: int) -> list[tuple[tuple, Block]]:
+    """``control``'s suite runs in order, each as ((temperature, drafter name or None, run), Block):
+    greedy off, greedy on per drafter, then ``runs`` sampled runs off, then on per drafter."""
+    plan = ([(0.0, None, 0)] + [(0.0, n, 0) for n in drafters] + [(temperature, None, r) for r in range(runs)]
+            + [(temperature, n, r) for n in drafters for r in range(runs)])
+    return [((temp, n, r), Block(drafters[n] if n else None, k if n else 0, temp, run_seed(seed, temp, r)))
+            for temp, n, r in plan]
 
 
 def _engines(engine, blocks: list[Block]) -> list:
     """The target and every draft model's engine the blocks use (each reuses its prompts)."""
     out = [engine]
     for b in blocks:
-        e = getattr(b.drafter, "engine", None)
-        if e is not None and hasattr(e, "prompt_reuse") and all(e is not x for x in out):
+        e = b.drafter.own_engine if b.drafter is not None else None
+        if e is not None and all(e is not x for x in out):
             out.append(e)
     return out
+
+
+def _score(row: dict) -> toolsuite.TaskScore:
+    """The task's score as its row recorded it (measured now, or restored from the journal)."""
+    return toolsuite.TaskScore(id=row["task"], category=row["category"], parsed=row["parsed"], valid=row["valid"],
+                               right_tool=row["right_tool"], right_args=row["right_args"], correct=row["correct"],
+                               error=row["error"])
 
 
 def _run_task(engine, task, ids, b: Block, *, seed: int, keep: int, stops, max_tokens: int,
@@ -211,10 +232,8 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
     """
     say = progress or (lambda _m: None)
     taskset = "ts" + hashlib.sha256(",".join(t.id for t in tasks).encode()).hexdigest()[:8]
-    plan = ([(0.0, None, 0)] + [(0.0, n, 0) for n in drafters] + [(temperature, None, r) for r in range(runs)]
-            + [(temperature, n, r) for n in drafters for r in range(runs)])
-    blocks = [Block(drafters[n] if n else None, k if n else 0, temp,
-                    seed if temp == 0 else seed + 1000 * (r + 1)) for temp, n, r in plan]
+    plan, blocks = zip(*control_plan(drafters, k=k, runs=runs, temperature=temperature, seed=seed))
+    blocks = list(blocks)
     tag = "+".join(drafters) or "none"
 
     def task_key(task):

@@ -55,7 +55,8 @@ class SuiteCheck:
                    temperature=recipe.toolsuite_temperature, seed=recipe.seed, progress=progress)
 
     def _blocks(self, drafter=None, k: int = 0) -> list[qc.Block]:
-        return [qc.Block(drafter, k, self.temperature, self.seed + 1000 * (r + 1)) for r in range(self.runs)]
+        return [qc.Block(drafter, k, self.temperature, qc.run_seed(self.seed, self.temperature, r))
+                for r in range(self.runs)]
 
     def __call__(self, drafter: str, k: int) -> dict:
         if self.skipped:

@@ -27,6 +27,11 @@ class Drafter(abc.ABC):
     name: str = "base"
     supports_prompt_reuse: bool = True  # may begin() keep a shared prompt prefix cached?
 
+    @property
+    def own_engine(self):
+        """The engine the drafter runs on its own (a draft model's), or None."""
+        return None
+
     def begin(self, prompt: Sequence[int], *, keep: int = 0) -> None:  # noqa: B027 - optional hook
         """Called once per generation, after the target's prefill (``keep``: see Engine.prefill)."""
 

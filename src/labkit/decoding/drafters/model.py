@@ -38,6 +38,10 @@ class ModelDrafter(Drafter):
                 )
         self._n_seen = 0
 
+    @property
+    def own_engine(self):
+        return self.engine
+
     def begin(self, prompt: Sequence[int], *, keep: int = 0) -> None:
         self.engine.prefill(prompt, keep=keep)
         self._n_seen = len(prompt)
