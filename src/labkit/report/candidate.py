@@ -35,9 +35,9 @@ def candidate(c, recipe, sweep: evidence.Sweep | None = None) -> dict:
         lost = first_loss(sw.steps)
         if lost is not None:  # no winner: judge the first step the protocol measured, so the reject is shown
             return _with_why({"drafter": lost["drafter"], "k": lost["k"], "source": src,
-                              "how": f"the stepwise protocol found no winning n_max [{src}]: its first measured "
-                                     f"step, {lost['drafter']} n_max={lost['k']} ({lost['why']}), is the candidate "
-                                     "judged"})
+                              "how": f"the stepwise protocol's first measured step, {lost['drafter']} "
+                                     f"n_max={lost['k']} ({lost['why']}), judged because the protocol found no "
+                                     f"winning n_max [{src}]"})
     if sw.cells is not None:
         best = best_default(sw.cells)
         if best is not None:
