@@ -107,9 +107,8 @@ def _engines(engine, blocks: list[Block]) -> list:
 
 def _score(row: dict) -> toolsuite.TaskScore:
     """The task's score as its row recorded it (measured now, or restored from the journal)."""
-    return toolsuite.TaskScore(id=row["task"], category=row["category"], parsed=row["parsed"], valid=row["valid"],
-                               right_tool=row["right_tool"], right_args=row["right_args"], correct=row["correct"],
-                               error=row["error"])
+    return toolsuite.TaskScore(id=row["task"], category=row["category"], error=row["error"],
+                               **{c: row[c] for c in toolsuite.CRITERIA})
 
 
 def _run_task(engine, task, ids, b: Block, *, seed: int, keep: int, stops, max_tokens: int,
