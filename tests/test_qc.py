@@ -23,6 +23,9 @@ def test_suite_off_vs_on_greedy(engine):
             a, b = alone["records"][t.id], together["records"][t.id]
             assert [(r.tokens, r.draft, r.m) for r in a] == [(r.tokens, r.draft, r.m) for r in b]
     assert off["summary"]["n"] == 6 and 0 <= off["summary"]["score"] <= 1
+    for res in (off, on, *both):  # each run's summary is the suite's own scoring of that run's outputs
+        again = [toolsuite.score_task(t, out) for t, out in zip(tasks, res["rows"]["output"], strict=True)]
+        assert res["summary"] == toolsuite.summarize(again)
     for out in off["rows"]["output"]:
         assert "\n" not in out.rstrip("\n")  # generation stops at the first newline
     div = qc.greedy_divergences(engine, off, on)
