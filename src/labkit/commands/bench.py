@@ -37,6 +37,16 @@ def parse_int_list(text: str) -> list[int]:
     return out
 
 
+def parse_k(text: str) -> int | str:
+    """``--k``: a draft length, or ``auto`` (the recipe's draft length policy, else ``priced``)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a draft length nor 'auto'") from e
+
+
 def setup_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="labkit bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,7 +65,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     src.add_argument("--workload", help="a workload under data/workloads (edit, prose_en, ...)")
     src.add_argument("--prompt-file", help="a text file holding one prompt")
     s.add_argument("--prompt-index", type=int, default=0, help="which prompt of the workload (default 0)")
-    s.add_argument("--k", type=int, required=True, help="draft length")
+    s.add_argument("--k", type=parse_k, required=True,
+                   help="draft length, or auto: a policy chooses it per step (recipe policy, else priced)")
+    s.add_argument("--k-max", type=int, default=None,
+                   help="with --k auto: the longest draft the policy may choose (default: recipe policy_k_max)")
+    s.add_argument("--verify-json", default=None,
+                   help="with --k auto: this box's `labkit bench verify` JSON to price with (default: the recipe's "
+                        "policy_verify: measure it first, or error)")
     s.add_argument("--drafter", default="ngram", choices=drafters.names())
     s.add_argument("--draft-model", default=None, help="draft model for --drafter model (zoo name or path)")
     s.add_argument("--gate", type=float, default=None,
@@ -78,7 +94,8 @@ def _recipe(args):
         over.update(model=args.model, model_sha256=None)
     if getattr(args, "draft_model", None):
         over.update(draft_model=args.draft_model, draft_model_sha256=None)
-    over.update(engine=args.engine, threads=args.threads, gate=getattr(args, "gate", None))
+    over.update(engine=args.engine, threads=args.threads, gate=getattr(args, "gate", None),
+                policy_k_max=getattr(args, "k_max", None))
     flags = {"model_sha256": "--model", "draft_model_sha256": "--draft-model", "draft_model": "--draft-model"}
     r = resolve(r, {k: v for k, v in over.items() if v is not None})
     r.origins.update({k: flags.get(k, "--" + k.replace("_", "-")) for k in over if over[k] is not None})
@@ -93,7 +110,9 @@ def _prompt(args):
     """Check the spec arguments before any model loads."""
     from labkit.suites.workloads import load_prompt_file, load_workload
 
-    if args.k < 0:
+    if args.k == "auto":
+        pass
+    elif args.k < 0:
         raise LabkitError(f"--k {args.k} is negative", "use k >= 0 (0 measures plain decoding only)")
     if args.workload:
         prompts = load_workload(args.workload)
@@ -116,7 +135,7 @@ def main(argv=None) -> int:
         return 0
     prompt = _prompt(args) if args.what == "spec" else None
     progress(f"loading {recipe.model} on {recipe.engine}")
-    names = [args.drafter] if args.what == "spec" and args.k > 0 else []
+    names = [args.drafter] if args.what == "spec" and (args.k == "auto" or args.k > 0) else []
     with runtime.open_target(recipe, drafter_names=names) as engine:
         if args.what == "verify":
             res = verify_cost.bench_verify(
@@ -137,18 +156,64 @@ def main(argv=None) -> int:
 def _spec(args, recipe, engine, prompt) -> dict:
     ids = engine.tokenize(prompt.text)
     max_tokens = args.max_tokens or recipe.max_tokens
-    engine.check_fits(len(ids) + max_tokens + args.k, what=f"prompt {prompt.id} ({len(ids)} tokens) + max_tokens")
-    drafter = runtime.make_drafter(args.drafter, recipe, engine) if args.k > 0 else None
+    auto = args.k == "auto"
+    k = recipe.policy_k_max if auto else args.k
+    engine.check_fits(len(ids) + max_tokens + k, what=f"prompt {prompt.id} ({len(ids)} tokens) + max_tokens")
+    drafter = runtime.make_drafter(args.drafter, recipe, engine) if k > 0 else None
+    pol, verify_source = None, None
     try:
+        if auto:
+            vm, verify_source = policy_verify_model(args, recipe, engine)
+            pol = runtime.make_policy(recipe, drafter, verify=vm)
         res = spec_vs_plain.bench_spec(
-            engine, ids, drafter=drafter, k=args.k, runs=args.runs or recipe.runs, max_tokens=max_tokens,
+            engine, ids, drafter=drafter, k=k, runs=args.runs or recipe.runs, max_tokens=max_tokens,
             temperature=args.temperature, seed=recipe.seed if args.seed is None else args.seed,
-            make_gate=lambda: runtime.make_gate(recipe), keep_records=args.records, progress=progress,
+            make_gate=(lambda: None) if auto else (lambda: runtime.make_gate(recipe)),
+            keep_records=args.records, progress=progress, policy=pol,
         )
     finally:
         if drafter is not None:
             drafter.close()
+    if pol is not None:
+        res["policy"] = {**pol.describe(), "verify_source": verify_source, "learned": pol.table()}
     res["prompt"] = {"id": prompt.id, "workload": prompt.workload, "source": prompt.source}
     res["gate"] = {"threshold": recipe.gate, "source": recipe.origin_of("gate"), "window": recipe.gate_window,
                    "probe_every": recipe.gate_probe_every}
     return res
+
+
+def policy_verify_model(args, recipe, engine):
+    """This host and build's verify(m) model for ``--k auto``, and where it came from:
+    ``--verify-json`` (a `labkit bench verify` result of the same host and engine build),
+    else measured now (recipe ``policy_verify: measure``), else a LabkitError."""
+    import json
+    from pathlib import Path
+
+    from labkit.analysis import costmodel
+
+    need = recipe.policy_k_max + 1
+    if args.verify_json:
+        p = Path(args.verify_json)
+        try:
+            res = json.loads(p.read_text().strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError) as e:
+            raise LabkitError(f"--verify-json {p}: cannot read a `labkit bench verify` result ({e})",
+                              "pass the JSON that `labkit bench verify --m 1-9` printed on this box") from e
+        prov = res.get("provenance") or {}
+        here = fingerprint.host_info().get("hostname"), engine.describe().get("build")
+        there = (prov.get("host") or {}).get("hostname"), (prov.get("engine") or {}).get("build")
+        if res.get("kind") != "verify" or there != here:
+            raise LabkitError(f"--verify-json {p} is not a verify(m) fit of this host and build "
+                              f"(it has {there}, this is {here})",
+                              "measure it here: `labkit bench verify --m 1-9 > verify.json`, or drop --verify-json "
+                              "to measure before decoding (policy_verify: measure)")
+        return costmodel.fit_verify_model(costmodel.verify_frame(res)), f"{p} (labkit bench verify)"
+    if recipe.policy_verify != "measure":
+        raise LabkitError(f"--k auto has no verify(m) model for this host and build (policy_verify: "
+                          f"{recipe.policy_verify})", "pass --verify-json from `labkit bench verify --m "
+                          f"1-{need}` on this box, or set policy_verify: measure in the recipe")
+    progress(f"k auto: measuring verify(m) for m = 1..{need} ({recipe.policy_verify_rounds} rounds)")
+    res = verify_cost.bench_verify(engine, m_values=range(1, need + 1), rounds=recipe.policy_verify_rounds,
+                                   kv_depth=recipe.kv_depth, seed=recipe.seed)
+    return (costmodel.fit_verify_model(costmodel.verify_frame(res)),
+            f"measured now: m 1..{need}, {recipe.policy_verify_rounds} rounds at KV depth {recipe.kv_depth}")

@@ -19,6 +19,7 @@ import yaml
 
 from labkit import engines
 from labkit.decoding import drafters
+from labkit.decoding import policy as policies
 from labkit.errors import LabkitError
 from labkit.paths import experiments_dir
 
@@ -92,6 +93,14 @@ class Recipe:
     # score and still pass (the chapter's "within the suite's ±10 noise")
     toolsuite_tolerance_pts: float = 10.0
     owner: str | None = None  # who signs the worksheet's keep/reject decision (or `labkit worksheet --owner`)
+    # A draft length policy (decoding.policy) measured as an arm beside the fixed k: `policy: priced`
+    # or `auto` in k (`k: auto`, `k: [0, 1, 2, auto]`); None: fixed k only
+    policy: str | None = None
+    policy_k_max: int = 8  # the longest draft the policy may choose (verify(m) must be measured to k_max + 1)
+    # without a verify(m) fit for this host and build: "measure" it first (policy_verify_rounds
+    # rounds at kv_depth), or "error"
+    policy_verify: str = "measure"
+    policy_verify_rounds: int = 8
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -104,12 +113,14 @@ class Recipe:
         return self.origins.get(name) or (f"recipe file {self.source}" if self.source else "default")
 
     RUN_CONTROL_FIELDS = ("cell_timeout_s", "run_timeout_s", "max_busy")
+    POLICY_FIELDS = ("policy", "policy_k_max", "policy_verify", "policy_verify_rounds")
 
     @property
     def hash(self) -> str:
         """sha256 of the normalised recipe fields (not of the YAML text; not of the
         RUN_CONTROL_FIELDS), 12 hex digits."""
-        d = {k: v for k, v in self.to_dict().items() if k not in self.RUN_CONTROL_FIELDS}
+        d = {k: v for k, v in self.to_dict().items() if k not in self.RUN_CONTROL_FIELDS
+             and not (k in self.POLICY_FIELDS and self.policy is None)}  # recipes without a policy keep their hash
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -191,6 +202,17 @@ class Recipe:
         for key in ("cell_timeout_s", "run_timeout_s"):
             if getattr(self, key) is not None and getattr(self, key) <= 0:
                 bad(f"{key} = {getattr(self, key)}", "use a number of seconds > 0, or null for no limit")
+        if self.policy is not None:
+            if self.policy not in policies.POLICIES:
+                bad(f"unknown policy {self.policy!r}", f"use one of {policies.names()} (or k: auto), or null")
+        if self.policy_k_max < 1:
+            bad(f"policy_k_max = {self.policy_k_max}",
+                "use policy_k_max >= 1 (e.g. 8): the longest draft the policy may choose")
+        if self.policy_verify not in ("measure", "error"):
+            bad(f"policy_verify = {self.policy_verify!r}",
+                "use measure (measure verify(m) first when there is no fit) or error")
+        if self.policy_verify_rounds < 1:
+            bad(f"policy_verify_rounds = {self.policy_verify_rounds}", "use >= 1 (e.g. 8)")
         if self.max_busy is not None and not 0.0 < self.max_busy <= 1.0:
             bad(f"max_busy = {self.max_busy} is outside (0, 1]",
                 "use the fraction of all CPUs other processes may take, e.g. max_busy: 0.2, or null")
@@ -250,6 +272,7 @@ def from_dict(data: dict, *, source: str | None = None, origins: dict | None = N
         near = difflib.get_close_matches(k, [n for n in _FIELDS if n not in ("source", "origins")], n=1)
         hint = f"did you mean {near[0]!r}?" if near else f"known keys: {', '.join(sorted(_FIELDS))}"
         raise LabkitError(f"{where}: unknown key {k!r}", f"remove it or correct it ({hint})")
+    data = _auto_k(data, origins)
     kw = {k: _coerce(k, v, where if k not in origins else origins[k],
                      f"({origins[k]})" if k in origins else f"in {source or 'the recipe'}") for k, v in data.items()}
     try:
@@ -259,6 +282,22 @@ def from_dict(data: dict, *, source: str | None = None, origins: dict | None = N
         if blamed:
             raise LabkitError(f"{e.problem} (set by {blamed[0]})", f"{e.fix}; change {blamed[0]}") from None
         raise
+
+
+def _auto_k(data: dict, origins: dict) -> dict:
+    """``k: auto`` (or ``auto`` in a k list) is the priced policy as an arm: the fixed k
+    listed stay (plain, k = 0, always), and ``policy`` becomes ``priced`` unless set."""
+    k = data.get("k")
+    items = k if isinstance(k, list) else [k]
+    if not any(isinstance(x, str) and x.strip().lower() == "auto" for x in items):
+        return data
+    data = dict(data)
+    fixed = [x for x in items if not (isinstance(x, str) and x.strip().lower() == "auto")]
+    data["k"] = sorted({0, *fixed}) if all(isinstance(x, int) for x in fixed) else fixed
+    data["policy"] = data.get("policy") or "priced"
+    if "k" in origins:
+        origins.setdefault("policy", origins["k"])
+    return data
 
 
 def load(name_or_path: str | Path | None = None) -> Recipe:

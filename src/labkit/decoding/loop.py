@@ -21,6 +21,7 @@ import numpy as np
 
 from labkit.decoding.drafters.base import Draft, Drafter
 from labkit.decoding.gate import AcceptanceGate
+from labkit.decoding.policy import Choice, Policy
 from labkit.decoding.records import StepRecord
 from labkit.decoding.sampling import accept_drafts, sample, softmax
 from labkit.errors import LabkitError
@@ -51,6 +52,7 @@ def generate(
     stop_at_eog: bool = True,
     stop_tokens: frozenset[int] | set[int] = frozenset(),
     keep_prefix: int = 0,
+    policy: Policy | None = None,
 ) -> Iterator[StepRecord]:
     """Decode ``prompt`` (token ids) for up to ``max_tokens`` tokens, yielding one record per step.
 
@@ -59,7 +61,10 @@ def generate(
     ``keep_prefix`` marks the first tokens of the prompt as a prefix shared across
     generations (a few-shot preamble), kept in the cache(s) between them; the prefill
     record's m then counts the rows actually decoded (see ``Engine.prefill``).
+    ``policy`` (``decoding.policy``) chooses each step's draft length j = 0..policy.k_max
+    from the drafter's proposal of k_max tokens (``k`` is then k_max; the gate is its job).
     """
+    k = check_policy_args(policy, k, gate, has_drafter=drafter is not None)
     check_step_args(k, temperature, has_drafter=drafter is not None, drafter_hint="pass --drafter ngram|model|mtp")
     if not prompt:
         raise LabkitError("the prompt is empty", "give at least one token")
@@ -106,11 +111,17 @@ def generate(
         t0 = time.perf_counter()
         draft = drafter.propose(history, kk, temperature=temperature, rng=rng) if kk > 0 else Draft([])
         d = draft.tokens[:kk]
+        choice = None
+        if policy is not None:  # the choice's own time counts as drafting
+            t_d = time.perf_counter()
+            choice = policy.choose(policy.assess(drafter, draft), draft_ms=(t_d - t0) * 1e3) if d else None
+            d = d[: choice.j] if choice else []
+            mode = "spec" if d else "plain"
         t1 = time.perf_counter()
         base = engine.n_past
         engine.decode([history[-1], *d], all_logits=True)
         t2 = time.perf_counter()
-        out, outcomes, n_acc = accept_drafts(d, draft.q, greedy=greedy, argmax=engine.argmax, logits=engine.logits,
+        out, outcomes, n_acc = accept_drafts(d, draft.q[: len(d)] if draft.q else draft.q, greedy=greedy, argmax=engine.argmax, logits=engine.logits,
                                              temperature=temperature, rng=rng)
         if n_acc == len(d):
             out.append(choose(len(d)))  # the bonus row after the last accepted draft
@@ -133,7 +144,32 @@ def generate(
         )
         if gate is not None and k > 0:
             rec.gate = gate.update(rec)
+        if policy is not None:
+            record_choice(policy, rec, choice)
         yield rec
+
+
+def check_policy_args(policy: Policy | None, k: int, gate, *, has_drafter: bool) -> int:
+    """The draft length a loop proposes at: k, or the policy's k_max (k must then be 0 or k_max)."""
+    if policy is None:
+        return k
+    if not has_drafter:
+        raise LabkitError("a draft length policy needs a drafter", "pass a drafter (ngram, model, mtp) with the policy")
+    if k not in (0, policy.k_max):
+        raise LabkitError(f"k = {k} and a policy with k_max = {policy.k_max}",
+                          "pass k = 0 (or k_max) with a policy: it chooses each step's draft length itself")
+    if gate is not None:
+        raise LabkitError("an acceptance gate and a draft length policy both given",
+                          "drop the gate: the policy drafts nothing (j = 0) when the evidence does not pay")
+    return policy.k_max
+
+
+def record_choice(policy: Policy, rec: StepRecord, choice) -> None:
+    """Put the policy's decision on the record and let the policy learn from its outcome."""
+    if choice is None:  # nothing proposed (no match, or no room left): a plain step
+        choice = Choice(j=0, pred=[], bins=[])
+    rec.policy_j, rec.policy_pred, rec.policy_bins = choice.j, choice.pred[: choice.j], choice.bins[: choice.j]
+    policy.observe(choice, rec.outcomes, accept_ms=rec.accept_ms)
 
 
 def run(engine, prompt: Sequence[int], **kw) -> list[StepRecord]:

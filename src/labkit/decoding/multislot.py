@@ -34,7 +34,8 @@ import numpy as np
 
 from labkit.decoding.drafters.base import Draft, Drafter
 from labkit.decoding.gate import AcceptanceGate
-from labkit.decoding.loop import check_step_args
+from labkit.decoding.loop import check_policy_args, check_step_args, record_choice
+from labkit.decoding.policy import Choice, Policy
 from labkit.decoding.records import StepRecord
 from labkit.decoding.sampling import accept_drafts, sample, softmax
 from labkit.errors import LabkitError
@@ -82,6 +83,7 @@ class _Stream:
     kk: int = 0
     draft: Draft | None = None
     draft_ms: float = 0.0
+    choice: object = None  # the policy's decision this step (``decoding.policy.Choice``)
 
 
 def generate_many(
@@ -95,6 +97,7 @@ def generate_many(
     seed: int = 0,
     make_gate: Callable[[], AcceptanceGate | None] = lambda: None,
     stop_at_eog: bool = True,
+    policy: Policy | None = None,
 ) -> Iterator[StreamRecord]:
     """Decode ``requests`` on ``c`` slots of ``engine``, yielding one record per stream step.
 
@@ -102,9 +105,12 @@ def generate_many(
     ``begin`` is called per request). Records of different streams interleave in the
     order they happen; group them by ``stream``. The engine's sequences are emptied
     before and after (``engine.seq_clear()``).
+    ``policy`` (``decoding.policy``, one for all streams) chooses every stream's draft
+    length together, pricing the shared decode's rows (its ``batch_verify``).
     """
     if c < 1:
         raise LabkitError(f"c = {c}", "use c >= 1 concurrent streams")
+    k = check_policy_args(policy, k, make_gate(), has_drafter=make_drafter is not None)
     check_step_args(k, temperature, has_drafter=make_drafter is not None, drafter_hint="pass a drafter factory")
     if c > getattr(engine, "n_seq_max", 1):
         raise LabkitError(f"c = {c} streams but the engine holds {getattr(engine, 'n_seq_max', 1)} sequences",
@@ -117,6 +123,9 @@ def generate_many(
                               f"holds {engine.n_ctx}", "shorten the prompt or max_tokens, or raise n_ctx")
     greedy = temperature == 0.0
     drafters = [make_drafter() for _ in range(c)] if k > 0 else [None] * c
+    if policy is not None:
+        for d in drafters:
+            d.collect_evidence = True
     queue = deque(enumerate(requests))
     slots: list[_Stream | None] = [None] * c
     engine.seq_clear()
@@ -178,8 +187,20 @@ def generate_many(
                 st.kk = min(st.kk, st.req.max_tokens - st.emitted)
                 t0 = time.perf_counter()
                 d = st.drafter.propose(st.history, st.kk, temperature=temperature, rng=st.rng) if st.kk else None
-                st.draft = Draft(d.tokens[: st.kk], q=d.q) if d is not None else Draft([])
+                st.draft = Draft(d.tokens[: st.kk], q=d.q, info=d.info) if d is not None else Draft([])
                 st.draft_ms = (time.perf_counter() - t0) * 1e3
+            if policy is not None:  # one choice for the whole batch, its time shared as drafting
+                t0 = time.perf_counter()
+                chosen = policy.choose_batch(
+                    [policy.assess(st.drafter, st.draft) if st.draft.tokens else Choice(j=0, pred=[], bins=[])
+                     for st in active], draft_ms=[st.draft_ms for st in active])
+                for st, ch in zip(active, chosen, strict=True):
+                    st.choice = ch
+                    st.draft = Draft(st.draft.tokens[: ch.j], q=st.draft.q[: ch.j] if st.draft.q else None)
+                    st.mode = "spec" if ch.j else "plain"
+                share = (time.perf_counter() - t0) * 1e3 / len(active)
+                for st in active:
+                    st.draft_ms += share
             # -- verify: one decode for all streams
             parts = [(st.slot, [st.history[-1], *st.draft.tokens]) for st in active]
             bases = [engine.seq_n_past[st.slot] for st in active]
@@ -220,6 +241,8 @@ def generate_many(
                 )
                 if st.gate is not None:
                     rec.gate = st.gate.update(rec)
+                if policy is not None:
+                    record_choice(policy, rec, st.choice)
                 if finished:
                     leave(st)
                 yield rec

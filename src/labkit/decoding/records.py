@@ -25,6 +25,11 @@ class StepRecord:
     from_draft: list[bool]
     t_ms: float  # end of this step, ms since the generation began
     gate: str | None = None  # gate event at this step, with its reason
+    # a draft length policy's decision (``decoding.policy``): the j it chose (None: no
+    # policy), its predicted conditional acceptance and evidence bin per proposed position
+    policy_j: int | None = None
+    policy_pred: list[float] | None = None
+    policy_bins: list[str] | None = None
 
     @property
     def step_ms(self) -> float:

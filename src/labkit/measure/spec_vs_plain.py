@@ -35,15 +35,18 @@ def bench_spec(
     keep_records: bool = False,
     interleave: str = order.DEFAULT_POLICY,
     progress: Progress = None,
+    policy=None,
 ) -> dict:
     """Plain (k = 0) vs speculative generation of the same prompt, ``runs`` interleaved pairs.
 
     The first pair is the cold run (first after load) and is reported apart; speedup is
     the ratio of median decode tok/s of the warm runs, with the range of per-pair ratios.
+    ``policy`` (``decoding.policy``): the speculative arm chooses each step's draft length
+    with it (``k`` is then its k_max; it learns across the runs, as it would in service).
     """
     common = dict(max_tokens=max_tokens, temperature=temperature)
     cold_base = run(engine, prompt, seed=seed, **common)
-    cold_spec = run(engine, prompt, drafter=drafter, k=k, gate=make_gate(), seed=seed, **common)
+    cold_spec = run(engine, prompt, drafter=drafter, k=k, gate=make_gate(), seed=seed, policy=policy, **common)
     base_runs, spec_runs = [], []
     for r in range(runs):
         # sampled runs use a different seed per run, the same for both arms
@@ -52,7 +55,8 @@ def bench_spec(
             if arm == "plain":
                 base_runs.append(run(engine, prompt, seed=s, **common))
             else:
-                spec_runs.append(run(engine, prompt, drafter=drafter, k=k, gate=make_gate(), seed=s, **common))
+                spec_runs.append(run(engine, prompt, drafter=drafter, k=k, gate=make_gate(), seed=s, policy=policy,
+                                     **common))
         if progress:
             progress(f"spec k={k}: pair {r + 1}/{runs}")
     base, spec = _arm(base_runs), _arm(spec_runs)

@@ -279,3 +279,32 @@ def plot_tok_s_vs_c(data: pd.DataFrame, *, title: str = "throughput vs concurren
     fig.suptitle(title)
     fig.tight_layout()
     return fig, pd.concat(drawn, ignore_index=True)
+
+
+@register("calibration")
+def plot_calibration(data: pd.DataFrame, *, title: str = "draft length policy: predicted vs realised acceptance",
+                     tolerance: float = 0.05, min_samples: int = 30):
+    """Reliability diagram from ``analysis.calibration.table``: realised vs mean predicted
+    acceptance per bin (marker area ~ samples; hollow: too few to judge), the diagonal ± tolerance."""
+    from labkit.analysis.calibration import verdict
+
+    fig, ax = plt.subplots(figsize=(5.2, 4.8))
+    xs = np.array([0.0, 1.0])
+    ax.plot(xs, xs, "k-", lw=0.8)
+    ax.fill_between(xs, xs - tolerance, xs + tolerance, color="0.5", alpha=0.15, label=f"±{100 * tolerance:g} pts")
+    group = next((c for c in ("drafter", "workload", "position") if c in data.columns), None)
+    parts = data.groupby(group) if group else [("all", data)]
+    for i, (name, g) in enumerate(parts):
+        size = 20 + 200 * g["n"] / max(1, data["n"].max())
+        full = g["n"] >= min_samples
+        ax.scatter(g.loc[full, "predicted"], g.loc[full, "realised"], s=size[full], color=f"C{i}", label=str(name))
+        ax.scatter(g.loc[~full, "predicted"], g.loc[~full, "realised"], s=size[~full], facecolors="none",
+                   edgecolors=f"C{i}")
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("predicted P(accept | earlier accepted), bin mean")
+    ax.set_ylabel("realised acceptance")
+    ax.set_title(f"{title}\n{verdict(data, tolerance=tolerance, min_samples=min_samples)[:90]}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig, data.reset_index(drop=True)

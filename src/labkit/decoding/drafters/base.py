@@ -26,6 +26,9 @@ class Draft:
 class Drafter(abc.ABC):
     name: str = "base"
     supports_prompt_reuse: bool = True  # may begin() keep a shared prompt prefix cached?
+    # set by a draft length policy: model drafters then record, per drafted token, the
+    # probability they gave it (``Draft.info["p"]``); off by default, it costs a softmax a row
+    collect_evidence: bool = False
 
     @property
     def own_engine(self):
@@ -39,6 +42,11 @@ class Drafter(abc.ABC):
     def propose(
         self, history: Sequence[int], k: int, *, temperature: float = 0.0, rng: np.random.Generator | None = None
     ) -> Draft: ...
+
+    def evidence(self, draft: Draft) -> list[dict]:
+        """The drafter's own evidence per drafted position, for a draft length policy:
+        by default the probability it gave each token (``{"p": ...}``), when recorded."""
+        return [{"p": float(p)} for p in draft.info.get("p", [])]
 
     def describe(self) -> dict:
         return {"drafter": self.name}

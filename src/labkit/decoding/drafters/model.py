@@ -62,6 +62,7 @@ class ModelDrafter(Drafter):
         self._n_seen = len(history)
         out: list[int] = []
         qs: list[np.ndarray] | None = [] if temperature > 0 else None
+        ps: list[float] = []
         for i in range(k):
             if temperature > 0:
                 q = softmax(e.logits(-1), temperature)
@@ -69,10 +70,12 @@ class ModelDrafter(Drafter):
                 qs.append(q)
             else:
                 t = e.argmax(-1)
+            if self.collect_evidence:  # the probability the draft gave its token (policy evidence)
+                ps.append(float(qs[-1][t]) if temperature > 0 else float(softmax(e.logits(-1), 1.0)[t]))
             out.append(t)
             if i + 1 < k:
                 e.decode([t])
-        return Draft(out, q=qs)
+        return Draft(out, q=qs, info={"p": ps} if self.collect_evidence else {})
 
     def describe(self) -> dict:
         return {"drafter": self.name, "draft_engine": self.engine.describe()}

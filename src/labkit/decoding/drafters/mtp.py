@@ -322,6 +322,7 @@ class MTPDrafter(Drafter):
         t0 = time.perf_counter()
         out: list[int] = []
         qs: list[np.ndarray] | None = [] if temperature > 0 else None
+        ps: list[float] = []
         tok, h = int(history[-1]), pending
         for i in range(k):
             self._mtp.decode([tok], n + i, h, output_last=True)
@@ -332,13 +333,16 @@ class MTPDrafter(Drafter):
                 qs.append(q)
             else:
                 tok = int(np.argmax(row))
+            if self.collect_evidence:  # the head's probability for its token (policy evidence)
+                ps.append(float(qs[-1][tok]) if temperature > 0 else float(softmax(row, 1.0)[tok]))
             out.append(tok)
             if i + 1 < k:
                 h = self._mtp.h_last()  # the MTP's own nextn output drives its next step
         self._mtp.rollback(n)  # drop the draft rows: the MTP cache again mirrors the target's
         self.stats["draft_rows"] += k
         self.stats["draft_ms"] += (time.perf_counter() - t0) * 1e3
-        return Draft(out, q=qs, info={"mtp_rows": k})
+        info = {"mtp_rows": k, **({"p": ps} if self.collect_evidence else {})}
+        return Draft(out, q=qs, info=info)
 
     def describe(self) -> dict:
         d = {

@@ -29,6 +29,10 @@ class NgramDrafter(Drafter):
     def _reset(self, history: Sequence[int]) -> None:
         self._hist: list[int] = []
         self._index: list[dict[tuple, int]] = [{} for _ in range(self.n_max + 1)]
+        # the evidence a draft length policy reads (never the proposal): how often each
+        # n-gram occurred followed by anything, and followed by each token
+        self._seen: list[dict[tuple, int]] = [{} for _ in range(self.n_max + 1)]
+        self._follow: list[dict[tuple, int]] = [{} for _ in range(self.n_max + 1)]
         self._extend(history)
 
     def _extend(self, tokens: Sequence[int]) -> None:
@@ -37,7 +41,10 @@ class NgramDrafter(Drafter):
             j = len(h)  # position t lands at: the n-grams ending at j-1 are followed by it
             for n in range(self.n_min, self.n_max + 1):
                 if j >= n:
-                    self._index[n][tuple(h[j - n : j])] = j
+                    g = tuple(h[j - n : j])
+                    self._index[n][g] = j
+                    self._seen[n][g] = self._seen[n].get(g, 0) + 1
+                    self._follow[n][(*g, t)] = self._follow[n].get((*g, t), 0) + 1
             h.append(t)
 
     def begin(self, prompt: Sequence[int], *, keep: int = 0) -> None:
@@ -55,6 +62,22 @@ class NgramDrafter(Drafter):
             if start is not None:
                 return Draft(h[start : start + k], info={"ngram": n})
         return Draft([], info={"ngram": 0})
+
+    def evidence(self, draft: Draft) -> list[dict]:
+        """Per drafted position i: the match length ``n`` and, for the n tokens before
+        position i (history, then the draft itself), how often they occurred in the
+        history (``total``) and how often the drafted token followed them (``seen``).
+        Read from the index after ``propose``; it does not change what is proposed."""
+        n = int(draft.info.get("ngram", 0))
+        if n == 0 or not draft.tokens:
+            return []
+        tail = list(self._hist[-n:])
+        out = []
+        for t in draft.tokens:
+            g = tuple(tail[-n:])
+            out.append({"n": n, "seen": self._follow[n].get((*g, t), 0), "total": self._seen[n].get(g, 0)})
+            tail.append(t)
+        return out
 
     def describe(self) -> dict:
         return {"drafter": self.name, "ngram_min": self.n_min, "ngram_max": self.n_max}

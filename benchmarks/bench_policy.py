@@ -1,0 +1,205 @@
+"""Benchmark: the priced draft length policy (``k: auto``) vs plain and the best fixed k,
+per workload, on held-out prompts; and vs llama-cpp-python's LlamaPromptLookupDecoding.
+
+Held-out prompts, chosen before any result was seen: the default recipe measures the
+first ``prompts_per_workload`` prompts of each workload; of the rest, a seeded
+permutation (numpy default_rng(27), 27 = the issue) per workload is cut into sets of
+``--per-workload`` prompts, and ``--set`` picks which one (set 0 and set 1 are disjoint).
+
+Arms, in a fresh random order every round on every prompt (``measure.order``): plain
+(k = 0), ngram at fixed k = 1..4, and ngram with the priced policy (``auto``, k_max 8).
+The policy is one object for the whole run (it learns online across prompts, as a
+server would; round 0 is an unrecorded warm-up that it also learns from); it prices
+steps with verify(m) measured at the start of this run. Each ratio (arm/plain, auto/best
+fixed k, auto/peer) is paired by prompt and round and goes through the decisions API
+(``analysis.decide.estimate``: geometric mean, cluster-bootstrap CI over prompts then
+rounds, verdict against ±2%). The best fixed k of a workload is picked from the same
+data (by its estimated ratio to plain), so auto/best is conservative for auto.
+
+Peer (edit prompts only): LlamaPromptLookupDecoding at num_pred_tokens --peer-k on the
+same model, threads and prompts, decode tok/s as in ``bench_lookup.py``; best by median.
+
+    python benchmarks/bench_policy.py [--per-workload 2] [--rounds 3] [--max-tokens 64] [--set 0]
+
+Prints progress on stderr and JSON as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+from labkit.analysis import calibration, costmodel, decide
+from labkit.analysis.stats import summarize, tokens_from
+from labkit.artifacts import zoo
+from labkit.config.recipe import load
+from labkit.decoding import policy as policies
+from labkit.decoding.drafters.ngram import NgramDrafter
+from labkit.decoding.loop import run
+from labkit.engines.llamacpp import LlamaCppEngine
+from labkit.measure import order, verify_cost
+from labkit.provenance import fingerprint
+from labkit.suites.workloads import WORKLOADS, load_workload
+
+SEED = 27
+FIXED = (1, 2, 3, 4)
+K_MAX = 8
+
+
+def held_out(*, per_workload: int, which: int, recipe) -> dict:
+    """The held-out prompts per workload (see the module docstring)."""
+    out = {}
+    for w in WORKLOADS:
+        prompts = load_workload(w)[recipe.prompts_per_workload:]
+        perm = np.random.default_rng([SEED, WORKLOADS.index(w)]).permutation(len(prompts))
+        pick = perm[which * per_workload:(which + 1) * per_workload]
+        out[w] = [prompts[i] for i in sorted(pick)]
+    return out
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def peer_run(llm, ids: list[int], n: int) -> float:
+    """llama-cpp-python's Llama.generate (greedy): decode tok/s excluding the first token."""
+    out, t_first = [], None
+    for tok in llm.generate(ids, temp=0.0, top_k=1, reset=True):
+        out.append(tok)
+        if t_first is None:
+            t_first = time.perf_counter()
+        if len(out) >= n:
+            break
+    return (len(out) - 1) / (time.perf_counter() - t_first)
+
+
+def est(pairs: list[dict]) -> dict:
+    e = decide.estimate(pd.DataFrame(pairs), margin=0.02, confidence=0.95, seed=0)
+    return {"ratio": e.ratio, "lo": e.lo, "hi": e.hi, "verdict": e.verdict, "n_prompts": e.n_prompts}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--per-workload", type=int, default=2)
+    ap.add_argument("--set", type=int, default=0, help="which held-out set (0, 1, ...)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--peer-k", default="2,3,4,8", help="LlamaPromptLookupDecoding num_pred_tokens values")
+    ap.add_argument("--verify-rounds", type=int, default=8)
+    args = ap.parse_args()
+    recipe = load(None)
+    wls = args.workloads.split(",")
+    sets = {w: p for w, p in held_out(per_workload=args.per_workload, which=args.set, recipe=recipe).items()
+            if w in wls}
+    n = args.max_tokens
+    art = zoo.get(zoo.EMBEDDED)
+    eng = LlamaCppEngine(art.path, n_ctx=2048, n_threads=args.threads, artifact=art.describe())
+    log(f"measuring verify(m), m = 1..{K_MAX + 1}")
+    ver = verify_cost.bench_verify(eng, m_values=range(1, K_MAX + 2), rounds=args.verify_rounds, kv_depth=200)
+    vm = costmodel.fit_verify_model(costmodel.verify_frame(ver))
+    auto_drafter = NgramDrafter()
+    pol = policies.make("priced", k_max=K_MAX, drafter=auto_drafter, verify=vm)
+
+    peer_ks = [int(x) for x in args.peer_k.split(",")]
+    peer = None
+    if "edit" in sets:
+        import llama_cpp
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        kw = dict(model_path=str(art.path), n_ctx=1024, n_threads=args.threads, n_threads_batch=args.threads,
+                  verbose=False)
+        lookup = LlamaPromptLookupDecoding(num_pred_tokens=peer_ks[0])
+        peer = (llama_cpp.Llama(**kw, draft_model=lookup), lookup)
+
+    arms = [("plain", 0)] + [(f"k{k}", k) for k in FIXED] + [("auto", K_MAX)]
+    rows, auto_recs, lossless = [], [], {}  # lossless: arm -> every greedy output equal to plain's
+    i_round = 0
+    for w, prompts in sets.items():
+        for p in prompts:
+            ids = eng.tokenize(p.text)
+            outs: dict[str, list] = {}
+            arm_list = arms + ([(f"peer{k}", k) for k in peer_ks] if (w == "edit" and peer) else [])
+            for r in range(args.rounds + 1):  # round 0: warm-up, not recorded
+                for name, k in order.arm_order(arm_list, i_round, seed=SEED):
+                    if name.startswith("peer"):
+                        peer[1].num_pred_tokens = k
+                        rows.append({"workload": w, "prompt": p.id, "round": r, "arm": name,
+                                     "decode_tok_s": peer_run(peer[0], ids, n), "e2e_tok_s": None})
+                        continue
+                    if name == "auto":
+                        recs = run(eng, ids, drafter=auto_drafter, policy=pol, max_tokens=n)
+                        if r > 0:
+                            auto_recs.append((w, recs))
+                    else:
+                        recs = run(eng, ids, drafter=NgramDrafter() if k else None, k=k, max_tokens=n)
+                    s = summarize(recs)
+                    outs.setdefault(name, []).append(tokens_from(recs))
+                    rows.append({"workload": w, "prompt": p.id, "round": r, "arm": name, "decode_tok_s":
+                                 s.decode_tok_s, "e2e_tok_s": s.e2e_tok_s, "acceptance": s.acceptance,
+                                 "mean_j": float(np.mean([x.policy_j for x in recs[1:]])) if name == "auto" else k})
+                i_round += 1
+                log(f"{w} {p.id} round {r}/{args.rounds}")
+            ref = outs["plain"][0]  # greedy: every arm's output must be plain's, token for token
+            for name, got in outs.items():
+                lossless[name] = lossless.get(name, True) and all(t == ref for t in got)
+    df = pd.DataFrame(rows)
+    warm = df[df["round"] > 0]
+
+    def pairs(w, arm, base, value):
+        a = warm[(warm.workload == w) & (warm.arm == arm)].set_index(["prompt", "round"])[value]
+        b = warm[(warm.workload == w) & (warm.arm == base)].set_index(["prompt", "round"])[value]
+        j = pd.concat([a.rename("a"), b.rename("b")], axis=1).dropna()
+        return [{"prompt": pr, "round": rd, "ratio": x.a / x.b} for (pr, rd), x in j.iterrows()]
+
+    per_workload = {}
+    for w in sets:
+        vs_plain = {a: est(pairs(w, a, "plain", "e2e_tok_s")) for a, _ in arms if a != "plain"}
+        best = max((f"k{k}" for k in FIXED), key=lambda a: vs_plain[a]["ratio"])
+        g = warm[warm.workload == w]
+        out = {"vs_plain_e2e": vs_plain, "best_fixed": best,
+               "auto_vs_best_fixed_e2e": est(pairs(w, "auto", best, "e2e_tok_s")),
+               "median_tok_s": g.groupby("arm")["e2e_tok_s"].median().dropna().to_dict(),
+               "auto_mean_j": float(g[g.arm == "auto"]["mean_j"].mean()),
+               "acceptance": g.groupby("arm")["acceptance"].median().dropna().to_dict()}
+        if w == "edit" and peer:
+            med = g[g.arm.str.startswith("peer")].groupby("arm")["decode_tok_s"].median()
+            best_peer = med.idxmax()
+            out["peer_decode_tok_s"] = med.to_dict()
+            out["best_peer"] = best_peer
+            out["auto_vs_best_peer_decode"] = est(pairs(w, "auto", best_peer, "decode_tok_s"))
+            out["best_fixed_vs_best_peer_decode"] = est(pairs(w, best, best_peer, "decode_tok_s"))
+        per_workload[w] = out
+        log(f"{w}: auto vs plain {vs_plain['auto']['ratio']:.3f} [{vs_plain['auto']['lo']:.3f}, "
+            f"{vs_plain['auto']['hi']:.3f}]; vs {best} {out['auto_vs_best_fixed_e2e']['ratio']:.3f}")
+    samples = calibration.samples([r for _, rs in auto_recs for r in rs], drafter="ngram")
+    cal = calibration.table(samples, by=["drafter"])
+    chosen = pd.Series([x.policy_j for _, rs in auto_recs for x in rs[1:]]).value_counts().sort_index()
+    res = {
+        "benchmark": "priced draft length policy (k: auto) vs plain, best fixed k and LlamaPromptLookupDecoding",
+        "held_out": {w: [p.id for p in ps] for w, ps in sets.items()},
+        "held_out_rule": f"prompts after the default recipe's first {recipe.prompts_per_workload} per workload, "
+                         f"seeded permutation default_rng([{SEED}, workload index]), set {args.set} of "
+                         f"{args.per_workload}",
+        "rounds": args.rounds, "max_tokens": n, "metric": "e2e tok/s (TTLT) for vs plain/fixed; decode tok/s vs peer",
+        "verify_fit": {"H_ms": vm.H, "V_ms": [float(vm.V(m)) for m in range(1, K_MAX + 2)],
+                       "source": f"measured at the start of this run ({args.verify_rounds} rounds, KV depth 200)"},
+        "per_workload": per_workload,
+        "auto_j_histogram": {int(k): int(v) for k, v in chosen.items()},
+        "calibration": cal.to_dict(orient="records"),
+        "calibration_verdict": calibration.verdict(cal),
+        "greedy_outputs_equal_plain": lossless,
+        "policy": pol.describe(),
+        "provenance": fingerprint.collect(engine=eng),
+    }
+    print(json.dumps(res, default=float))
+
+
+if __name__ == "__main__":
+    main()
