@@ -308,3 +308,25 @@ def plot_calibration(data: pd.DataFrame, *, title: str = "draft length policy: p
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig, data.reset_index(drop=True)
+
+
+@register("plan_speedup_vs_spill")
+def plot_speedup_vs_spill(data: pd.DataFrame, *, points: list | None = None,
+                          title: str = "predicted speedup vs spilled layers"):
+    """One line per n_max (the plan), the published §E points overlaid where given."""
+    import seaborn as sns
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    sns.lineplot(data=data, x="spilled_layers", y="speedup", hue="n_max", marker="o", ax=ax, palette="viridis")
+    pts = pd.DataFrame(points or [])
+    if not pts.empty:
+        ax.scatter(pts["spilled_layers"], pts["speedup"], marker="*", s=140, color="crimson", zorder=5,
+                   label="published §E")
+        for _, r in pts.iterrows():
+            ax.annotate(f"n_max={int(r['n_max'])}", (r["spilled_layers"], r["speedup"]), fontsize=7,
+                        xytext=(4, 4), textcoords="offset points")
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set(xlabel="layers spilled to the host", ylabel="speedup × vs plain (predicted)", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, data
