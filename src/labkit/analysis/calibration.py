@@ -89,3 +89,28 @@ def verdict(tab: pd.DataFrame, *, tolerance: float = TOLERANCE, min_samples: int
     if not thin.empty:
         head += f"; {len(thin)} bins too thin to judge ({int(thin['n'].sum())} samples)"
     return head
+
+
+def policy_summary(records: Iterable, *, quantile: float = 0.9) -> dict:
+    """What a draft length policy did over ``records`` (its steps after the prefill): the
+    histogram of chosen j, the share of steps that drafted, and the fixed llama-server
+    settings closest to it: ``--spec-draft-n-max`` = the smallest n that covers
+    ``quantile`` of the drafting steps' j, ``--spec-draft-p-min`` = the lowest predicted acceptance the policy still
+    drafted at (its 10th percentile over drafted positions: what p-min would cut)."""
+    js, preds = [], []
+    for r in records:
+        j = _get(r, "policy_j")
+        if j is None:
+            continue
+        js.append(int(j))
+        preds += list(_get(r, "policy_pred") or [])
+    if not js:
+        return {"steps": 0}
+    hist = {int(k): int(v) for k, v in zip(*np.unique(js, return_counts=True), strict=True)}
+    drafting = [j for j in js if j > 0]
+    return {
+        "steps": len(js), "j_histogram": hist, "drafted_share": len(drafting) / len(js),
+        "mean_j": float(np.mean(js)), "mean_j_when_drafting": float(np.mean(drafting)) if drafting else 0.0,
+        "spec_draft_n_max": int(np.quantile(drafting, quantile, method="inverted_cdf")) if drafting else 0,
+        "spec_draft_p_min": round(float(np.quantile(preds, 0.10)), 2) if preds else None,
+    }

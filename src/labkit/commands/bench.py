@@ -96,7 +96,8 @@ def _recipe(args):
         over.update(draft_model=args.draft_model, draft_model_sha256=None)
     over.update(engine=args.engine, threads=args.threads, gate=getattr(args, "gate", None),
                 policy_k_max=getattr(args, "k_max", None))
-    flags = {"model_sha256": "--model", "draft_model_sha256": "--draft-model", "draft_model": "--draft-model"}
+    flags = {"model_sha256": "--model", "draft_model_sha256": "--draft-model", "draft_model": "--draft-model",
+             "policy_k_max": "--k-max"}
     r = resolve(r, {k: v for k, v in over.items() if v is not None})
     r.origins.update({k: flags.get(k, "--" + k.replace("_", "-")) for k in over if over[k] is not None})
     for k in ("model_sha256", "draft_model_sha256"):

@@ -121,6 +121,7 @@ class PricedPolicy(Policy):
     _pos: np.ndarray = field(default=None, repr=False)  # (k_max, 2): accepted, tested per position
     _bins: dict = field(default_factory=dict, repr=False)  # (position, bin) -> [accepted, tested]
     _ovh: list = field(default_factory=lambda: [0.0, 0.0, 0, 0], repr=False)  # o0, o1, n0, n1
+    _vcache: dict = field(default_factory=dict, repr=False)  # (single|batch, rows) -> ms: V is numpy, slow per call
 
     def __post_init__(self):
         check_k_max(self.k_max)
@@ -161,8 +162,11 @@ class PricedPolicy(Policy):
     def step_ms(self, js: Sequence[int], *, draft_ms: Sequence[float]) -> float:
         """Expected ms of one shared step whose streams verify js drafts each."""
         rows = sum(1 + j for j in js)
-        vm = self.batch_verify if (len(js) > 1 and self.batch_verify is not None) else self.verify
-        return float(vm.V(rows)) + float(sum(draft_ms)) + sum(self._o(j) for j in js)
+        batch = len(js) > 1 and self.batch_verify is not None
+        v = self._vcache.get((batch, rows))
+        if v is None:
+            v = self._vcache[(batch, rows)] = float((self.batch_verify if batch else self.verify).V(rows))
+        return v + float(sum(draft_ms)) + sum(self._o(j) for j in js)
 
     def choose_batch(self, choices: list[Choice], *, draft_ms: Sequence[float]) -> list[Choice]:
         """j per stream maximising the step's expected tokens per ms (coordinate ascent
