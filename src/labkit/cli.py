@@ -23,6 +23,8 @@ COMMANDS = {
     "sync": "Replay local journals into the tracking store (after a server outage)",
     "compare": "Hosts, builds or commits side by side for one recipe, with ratios",
     "server": "Build llama.cpp's llama-server from the wheel's sources (cached per machine)",
+    "machine": "Measure this host's profile for the planner (bandwidth, overhead, per-row compute)",
+    "plan": "Predict the §E matrix for a model, placement and box; --check it against measurement",
 }
 
 
