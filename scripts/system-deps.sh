@@ -3,12 +3,15 @@
 #   chromium, chromium-driver  headless browser tests (selenium drives /usr/bin/chromium)
 #   libopenblas0-pthread       fast BLAS preloaded for MLX (its wheel's reference BLAS is slow)
 #   postgresql                 the team server's database (scripts/team-server.sh)
+#   texlive-latex-base, texlive-latex-recommended, poppler-utils
+#                              pdflatex (booktabs, array, longtable) to check `labkit export --format latex`
+#                              compiles, pdftoppm to render it (tests/test_export.py)
 # Idempotent and fast: `dpkg -s` first; apt runs only when something is missing.
 # Without root (and without passwordless sudo) it prints the command to run and exits 0,
 # so `make test` can go on and the tests that need a package skip with their own message.
 set -euo pipefail
 
-PKGS=(chromium chromium-driver libopenblas0-pthread postgresql)
+PKGS=(chromium chromium-driver libopenblas0-pthread postgresql texlive-latex-base texlive-latex-recommended poppler-utils)
 
 log() { printf '[system-deps] %s\n' "$*" >&2; }
 
