@@ -241,7 +241,7 @@ def test_failed_notebook_is_marked_failed_and_keeps_its_records(store, nb_dir, t
     assert failed_cell["status"] == "error" and "RuntimeError" in failed_cell["error"]
     assert (tmp_path / "out" / "90_breaks.ipynb").exists()  # the partial executed notebook is kept
     # and the CLI exits non-zero
-    p = subprocess.run([sys.executable, "-m", "labkit.cli", "reproduce", "--only", "90_breaks", "--out",
+    p = subprocess.run([sys.executable, "-m", "labkit.cli", "reproduce", "--only", "90_breaks", "--json", "--out",
                         str(tmp_path / "out3")], capture_output=True, text=True, timeout=600)
     assert p.returncode == 1 and json.loads(p.stdout.strip().splitlines()[-1])["ok"] is False
 

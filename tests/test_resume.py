@@ -156,7 +156,7 @@ def _env() -> dict:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "labkit.cli", "reproduce", *args]
+    return [sys.executable, "-m", "labkit.cli", "reproduce", "--json", *args]
 
 
 def _tiny(extra: dict | None = None) -> list[str]:

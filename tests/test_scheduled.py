@@ -71,8 +71,15 @@ def _env(**extra) -> dict:
 
 
 def _cli(*args, env: dict, cwd=None, preexec_fn=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "labkit.cli", "reproduce", *args], env=env, cwd=cwd,
+    return subprocess.Popen([sys.executable, "-m", "labkit.cli", "reproduce", "--json", *args], env=env, cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+
+
+def _record(text: str) -> dict:
+    """The summary.json the last human summary line in ``text`` names."""
+    paths = re.findall(r"the whole record: (\S+/summary\.json)$", text, re.M)
+    assert paths, text[-3000:]
+    return json.loads(Path(paths[-1]).read_text())
 
 
 def _runs(c) -> list:
@@ -472,7 +479,7 @@ def test_systemd_unit_and_crontab_run_as_written(store, tmp_path):
     assert cmd[0] == str(home / "labkit" / ".venv" / "bin" / "labkit")
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
-    summary = json.loads(p.stdout.strip().splitlines()[-1])
+    summary = _record(p.stderr)  # the terminal ends with the human summary, naming summary.json
     assert summary["ok"] and Path(summary["output"]).parent == clone / "runs"
     # ExecStopPost: retention keeps the newest LABKIT_KEEP_RUNS folders
     older = [clone / "runs" / f"2001010{i}-000000-default-beef" for i in (1, 2)]  # SYNTHETIC old folders
@@ -500,6 +507,6 @@ def test_systemd_unit_and_crontab_run_as_written(store, tmp_path):
     p = subprocess.run(["/bin/sh", "-c", command], env=cron_env, capture_output=True, text=True, timeout=900)
     log = (clone / "runs" / "reproduce.log").read_text()
     assert p.returncode == 0, log[-3000:]
-    last = [json.loads(x) for x in log.splitlines() if x.startswith("{")][-1]
+    last = _record(log)
     assert last["ok"] and last["output"] != summary["output"]
     assert "[prune-runs] kept newest 30" in log

@@ -237,7 +237,7 @@ def test_server_down_mid_notebook_then_sync_replays_the_journal(tmp_path):
     try:
         server.start()
         proc = subprocess.Popen([sys.executable, "-m", "labkit.cli", "reproduce", "--only", "01_cost_fit", *TINY,
-                                 "--out", str(out)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                 "--json", "--out", str(out)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         try:
             t0 = time.monotonic()
@@ -341,7 +341,7 @@ def test_two_clones_two_hosts_one_team_server(team_server, tmp_path):
         subprocess.run(["git", "clone", "-q", str(ROOT), str(dst)], check=True, timeout=120)
         clones[label] = dst
     procs = {label: subprocess.Popen(
-        [sys.executable, "-m", "labkit.cli", "reproduce", "--only", "01_cost_fit", *TINY],
+        [sys.executable, "-m", "labkit.cli", "reproduce", "--only", "01_cost_fit", *TINY, "--json"],
         env=_env(root, team_server, LABKIT_HOST_LABEL=label), cwd=root, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True) for label, root in clones.items()}
     outs = {}

@@ -3,6 +3,9 @@
 Writes executed notebooks and cell journals to a timestamped folder (runs/), prints the
 [LAB: ...] IDs produced, compares each run with the previous one of the same recipe, and
 exits 1 if any notebook failed (the failed run is marked FAILED, its records kept).
+The terminal ends with the human summary; the whole record (every run, what it produced,
+the comparisons) is the output folder's summary.json, printed as the last line of stdout
+only with --json.
 
 Runs the notebooks as committed (refuses changed ones unless --allow-dirty), one
 reproduction at a time per checkout and store, each cell within the recipe's
@@ -50,6 +53,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-resume", action="store_true",
                    help="start afresh even when the newest run of the same notebook, recipe and commit "
                         "was interrupted (by default it is resumed)")
+    p.add_argument("--json", action="store_true",
+                   help="also print the summary (the output folder's summary.json) as the last line of stdout")
     return p
 
 
@@ -86,10 +91,22 @@ def main(argv=None) -> int:
                             resume=args.resume, auto_resume=not args.no_resume)
     except Terminated as e:
         progress("labkit reproduce: terminated (SIGTERM): the running notebook was marked KILLED, its kernel "
-                 "shut down, what it logged kept" + (f"; output in {e.summary['output']}" if e.summary["output"]
+                 "shut down, what it logged kept" + (f"; the record: {e.summary['output']}/summary.json" if e.summary["output"]
                                                       else ""))
-        emit(e.summary)
+        if args.json:
+            emit(e.summary)
         return 143
+    _human_summary(summary)
+    if args.json:
+        emit(summary)
+    if not summary["ok"]:
+        return 1
+    return 3 if args.fail_on_moved and summary["moved"] else 0
+
+
+def _human_summary(summary: dict) -> None:
+    """What a person reads at the end of the terminal: each notebook's status and IDs, what
+    moved, and where the whole record is (summary.json)."""
     for r in summary["results"]:
         progress(f"{r['status']:8s} [{r['id']}] {r['notebook']}")
         arms = r.get("arms") or {}
@@ -107,7 +124,9 @@ def main(argv=None) -> int:
                          f"{m['basis']}) vs [{comp['previous_id']}]")
             if comp["moved"] and comp.get("contended"):
                 progress(f"  note: {comp['contended']}")
-    emit(summary)
-    if not summary["ok"]:
-        return 1
-    return 3 if args.fail_on_moved and summary["moved"] else 0
+    res = summary["results"]
+    done = sum(r["status"] == "FINISHED" for r in res)
+    state = "ok" if summary["ok"] else "NOT ok" + (f" ({len(summary['pending_sync'])} journal(s) not yet in the "
+                                                   f"store: labkit sync)" if summary.get("pending_sync") else "")
+    progress(f"labkit reproduce: {state}: {done}/{len(res)} notebooks finished, {summary['moved']} metric(s) moved; "
+             f"recipe {summary['recipe']}; the whole record: {summary['output']}/summary.json")
