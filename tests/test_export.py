@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,7 +20,7 @@ from labkit.cli import main
 from labkit.errors import LabkitError
 from labkit.provenance import ids, tracking
 from labkit.provenance import reproduce as rp
-from labkit.report import export, matrix, sections
+from labkit.report import export, matrix, printed, sections
 from labkit.report.figures import pdf_lab_id
 from labkit.report.queries import load_table
 
@@ -133,17 +137,43 @@ def test_export_a_notebook_table_in_every_format(book, capsys, tmp_path):
     rc, out, err = cli(capsys, "export", tid, "--format", "latex", "--out", str(tmp_path / "cells.tex"))
     tex = (tmp_path / "cells.tex").read_text()
     assert rc == 0 and json.loads(out[-1])["out"] == str(tmp_path / "cells.tex") and len(out) == 1
-    assert r"\toprule" in tex and r"tok\_s\_min" in tex and tex.count(r"\\") == len(logged) + 1
-    assert r"\caption{sweep-cells [LAB:" in tex
+    assert r"\toprule" in tex and r"tok\_\allowbreak{}s\_\allowbreak{}min" in tex
+    assert tex.count(r"\\") == len(logged) + 1 and r"\caption[{sweep-cells [LAB:" in tex
+    _compile(tmp_path, tex, "cells")
+    # the widest logged table (per-generation lists in its cells) compiles too, wrapped
+    rc, out, _ = cli(capsys, "export", f"{book['02_k_sweep']['id']}/sweep-runs", "--format", "latex")
+    assert rc == 0
+    _compile(tmp_path, "\n".join(out[:-1]), "runs")
 
 
 @pytest.mark.slow  # papermill: 02 + 06
-def test_export_matrix_section_as_latex(book, capsys, tmp_path):
+def test_export_matrix_section_as_latex_in_the_chapters_shape(book, capsys, tmp_path):
+    """§E as a chapter prints it: model/spill · drafter · baseline · n_max=1 · n_max=2, each
+    cell "tok/s (×) @ first-token %", the spill a short label whose load-log text is in the
+    note; it compiles, fits the page (no overfull box) and is rendered to a PNG on request."""
     rc, out, _ = cli(capsys, "export", "LAB:RESULTS-MATRIX §E", "--format", "latex", "--out", str(tmp_path / "e.tex"))
     tex = (tmp_path / "e.tex").read_text()
     assert rc == 0 and json.loads(out[-1])["id"] == "LAB:RESULTS-MATRIX §E"
-    assert r"n\_max=2" in tex and r"$\times$" in tex and r"RESULTS-MATRIX \S{}E" in tex
-    assert book["02_k_sweep"]["id"] in tex
+    assert r"RESULTS-MATRIX $\S$E" in tex and book["02_k_sweep"]["id"] in tex
+    assert r"\toprule" in tex and r"\midrule" in tex and r"\bottomrule" in tex and r"p{\dimexpr" in tex
+    head = tex.split(r"\toprule")[1].split(r"\midrule")[0]
+    assert [h.strip() for h in head.replace(r"\allowbreak{}", "").split("&")] == [
+        "model / spill", "drafter", "baseline tok/s", r"n\_max=1", r"n\_max=2 \\"]
+    sec = matrix.section(tracking.client(), "E")
+    k1 = sec.data[(sec.data["drafter"] == "ngram") & (sec.data["n_max"] == 1)].iloc[0]
+    cell = (f"{k1['tok_s']:.1f} ({k1['speedup']:.2f}$\\times$)" + r"\newline " + f"@ {k1['first_token_acceptance']:.0%}"
+            ).replace("%", r"\%")
+    assert cell in tex, cell
+    label = k1["spill_label"]
+    assert label.startswith("host only, 0/") and label.endswith(" layers on GPU")  # no accelerator on this box
+    assert len(label) < 40 and label.replace("/", r"/\allowbreak{}") + r"\textsuperscript{a}" in tex
+    note = tex.split(r"\textsuperscript{a}\,")[1].split(r"\par")[0]
+    assert "(from the load log)" in note and k1["host"] in note.replace(r"\_", "_")
+    pdf, log = _compile(tmp_path, tex, "e")
+    assert "Overfull \\hbox" not in log, [x for x in log.splitlines() if "Overfull" in x]
+    text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True).stdout
+    assert "host only, 0/" in text and "@ " + f"{k1['first_token_acceptance']:.0%}" in text
+    _screenshot(pdf, "export-E.png")
 
 
 @pytest.mark.slow  # papermill: 02 + 06
@@ -156,6 +186,124 @@ def test_export_a_figure_is_a_clear_error(book, capsys):
     assert "sweep-cells" in e.value.fix
     rc, _, err = cli(capsys, "export", "LAB:RESULTS-MATRIX §Q")
     assert rc == 2 and "RESULTS-MATRIX has no section §Q" in err and "§A (prefill)" in err
+
+
+@pytest.mark.slow  # papermill: 02 + 06
+@pytest.mark.parametrize("section", ["field", "accounting"])
+def test_worksheet_exports_compile(book, tmp_path, section):
+    from labkit.config.recipe import effective_recipe
+
+    table = export.resolve(tracking.client(), f"LAB:WORKSHEET §{section}",
+                           recipe=effective_recipe({"recipe": "default", **SWEEP}), owner="alice")
+    tex = export.render(table, "latex")
+    assert r"\toprule" in tex and r"p{\dimexpr" in tex  # its sentences wrap
+    _compile(tmp_path, tex, section)
+
+
+# -- LaTeX on small frames --------------------------------------------------------------
+def test_spill_label_is_short_and_the_load_log_text_stays_whole():
+    from labkit.engines import residency as rs
+    from labkit.report import evidence
+
+    log = ("load_tensors: offloaded 0/19 layers to GPU\n"  # SYNTHETIC load log, as llama.cpp writes it
+           "load_tensors:   CPU_Mapped model buffer size =   235.16 MiB\n")
+    res = rs.residency({"n_gpu_layers": 0, "n_cpu_moe": 0}, rs.parse_load_log(log), gpu_offload=False)
+    assert printed.spill_label(res) == "host only, 0/19 layers on GPU"
+    assert "CPU_Mapped 235 MiB" in evidence.residency_text(res)  # the full text, for the note
+    part = rs.residency({}, rs.parse_load_log(log.replace("0/19", "12/19")), gpu_offload=True)
+    assert printed.spill_label(part) == "spilled, 12/19 layers on GPU"
+    full = rs.residency({}, rs.parse_load_log(log.replace("0/19", "19/19")), gpu_offload=True)
+    assert printed.spill_label(full) == "on GPU, 19/19 layers on GPU"
+    assert printed.spill_label({"layers_on_accelerator": 0, "layers_on_host": 18}) == (
+        "host only, 0/18 layers on GPU (as asked)")
+    assert printed.spill_label(None) == "not recorded"
+
+
+def test_a_ratio_prints_beside_its_interval_when_the_table_has_one():
+    from labkit.report.tableformat import _readable
+
+    df = pd.DataFrame({"arm": ["ngram"], "speedup": [0.9612], "speedup_lo": [0.931], "speedup_hi": [0.992],
+                       "tok_s": [41.234]})
+    assert _readable(df).to_dict("records") == [{"arm": "ngram", "speedup": "0.96× [0.93–0.99]", "tok_s": "41.23"}]
+    assert _readable(df.drop(columns=["speedup_lo", "speedup_hi"]))["speedup"].tolist() == ["0.9612"]
+    est = pd.DataFrame({"e2e_ratio": [1.04], "e2e_lo": [1.01], "e2e_hi": [1.08], "e2e_verdict": ["wins"]})
+    assert _readable(est).columns.tolist() == ["e2e_ratio", "e2e_verdict"]
+    assert _readable(est)["e2e_ratio"].iloc[0] == "1.04× [1.01–1.08]"
+    fit = pd.DataFrame({"term": ["V"], "estimate": [2.5], "ci_low": [2.25], "ci_high": [2.75]})  # not a ratio
+    assert _readable(fit)["estimate"].iloc[0] == "2.5 [2.25–2.75]"
+    e = _e_frame(ci=True)
+    cell = printed.chapter_e(e).rows[0][3]
+    assert cell == "36.1 (0.98× [0.93–0.99])\n@ 89%"
+    assert printed.chapter_e(_e_frame(ci=False)).rows[0][3] == "36.1 (0.98×)\n@ 89%"
+
+
+def _e_frame(*, ci: bool) -> pd.DataFrame:
+    """SYNTHETIC §E rows: plain and ngram n_max=1, 2 on one model."""
+    rows = [{"recipe": "default", "host": "box", "model": "gemma-3-270m Q4_K_M", "model_sha256": "a5fd3b62a5fd",
+             "spill": "no accelerator in this build: …; 0/19 layers offloaded (from the load log)",
+             "spill_label": "host only, 0/19 layers on GPU", "box": "3% by others", "drafter": d, "n_max": k,
+             "tok_s": 35.1 + k, "speedup": 0.96 + k / 50, "first_token_acceptance": 0.89 if k else None,
+             "source": "LAB:02-017462-fuejt", **({"speedup_lo": 0.93, "speedup_hi": 0.99} if ci else {})}
+            for d, k in (("none", 0), ("ngram", 1), ("ngram", 2))]
+    return pd.DataFrame(rows)
+
+
+def test_latex_escapes_what_a_cell_can_hold_and_compiles(tmp_path):
+    from labkit.report.tableformat import latex
+
+    nasty = "50% & $5 #1 _x_ {a} ~ ^ \\ § × – — · … ± ≤ ≥ → < > | \" µ é 中 \n next"
+    p = printed.Printed(columns=["what_it_is", "value"], rows=[[nasty, "0.96× [0.93–0.99]"],
+                        ["LAB:02-017462-fuejt/sweep-cells/" + "long/" * 12, "1"]], numeric=[False, True],
+                        notes=["a note with 100% & more"], legend="legend_with #")
+    tex = latex(p, caption="cap [LAB:X §E]", label="LAB:X §E")
+    pdf, _ = _compile(tmp_path, tex, "nasty")
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
+    for piece in ("50% & $5 #1", "{a}", "§", "0.93–0.99", "a note with 100% & more"):
+        assert piece in text, piece
+    # a cell taller than a page becomes a longtable that breaks across pages
+    tall = printed.Printed(columns=["i", "text"], rows=[[str(i), "word " * 30] for i in range(60)],
+                           numeric=[True, False])
+    tex = latex(tall, caption="tall", label="tall")
+    assert r"\begin{longtable}" in tex and r"\endhead" in tex
+    pdf, _ = _compile(tmp_path, tex, "tall")
+    pages = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True).stdout
+    assert int(re.search(r"Pages:\s+(\d+)", pages).group(1)) > 1
+
+
+def _compile(tmp_path, tex: str, name: str):
+    """``tex`` \\input into a book page with the packages its first line names, as an
+    author would; (the PDF, pdflatex's log). Skips when pdflatex is not installed."""
+    if shutil.which("pdflatex") is None or shutil.which("pdftotext") is None:
+        pytest.skip("pdflatex/pdftotext not installed: apt-get install texlive-latex-base texlive-latex-recommended "
+                    "poppler-utils (scripts/system-deps.sh)")
+    m = re.match(r"% labkit export: needs \\usepackage\{([^}]*)\}$", tex.splitlines()[0])
+    assert m, tex.splitlines()[0]
+    (tmp_path / f"{name}.tex").write_text(tex)
+    (tmp_path / f"{name}-doc.tex").write_text(
+        "\\documentclass{book}\n\\usepackage{" + m.group(1) + "}\n\\pagestyle{empty}\n\\begin{document}\n"
+        "\\input{" + name + ".tex}\n\\end{document}\n")
+    r = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", f"{name}-doc.tex"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout[-3000:]
+    return tmp_path / f"{name}-doc.pdf", (tmp_path / f"{name}-doc.log").read_text(errors="replace")
+
+
+def _screenshot(pdf, name: str) -> None:
+    """With UI_SCREENSHOTS=<dir> (as tests/test_mlflow_ui.py), the PDF's first page as a PNG
+    cropped to what is printed on it."""
+    where = os.environ.get("UI_SCREENSHOTS")
+    if not where:
+        return
+    from PIL import Image, ImageOps
+
+    stem = pdf.with_name(pdf.stem + "-page")
+    subprocess.run(["pdftoppm", "-r", "200", "-png", "-f", "1", "-l", "1", "-singlefile", str(pdf), str(stem)],
+                   check=True, timeout=60)
+    page = Image.open(f"{stem}.png").convert("RGB")
+    box = ImageOps.invert(page.convert("L")).getbbox()
+    pad = 30
+    Path(where).mkdir(parents=True, exist_ok=True)
+    page.crop((box[0] - pad, box[1] - pad, box[2] + pad, box[3] + pad)).save(Path(where) / name)
 
 
 # -- citable sections: show and regen ---------------------------------------------------

@@ -21,7 +21,7 @@ import pandas as pd
 
 from labkit.errors import LabkitError
 from labkit.provenance.ids import DOCUMENTS
-from labkit.report import evidence
+from labkit.report import evidence, printed
 from labkit.report.queries import latest_per_recipe
 
 SECTIONS = DOCUMENTS["RESULTS-MATRIX"]
@@ -85,7 +85,8 @@ def section_e(c, *, workload: str = "all", temperature: float = 0.0) -> Section:
         if cells.empty:
             continue
         meta = _run_meta(run)
-        meta["spill"] = evidence.residency_text(evidence.json_tag(run.data.tags, "residency"))
+        res = evidence.json_tag(run.data.tags, "residency")
+        meta["spill"], meta["spill_label"] = evidence.residency_text(res), printed.spill_label(res)
         base = float(cells[cells["k"] == 0]["tok_s"].median()) if (cells["k"] == 0).any() else None
         for (d, k), g in cells.groupby(["drafter", "k"]):
             ft, acc = _first_token(rows[(rows["drafter"] == d) & (rows["k"] == k)]) if k > 0 else (None, None)

@@ -16,7 +16,7 @@ import pandas as pd
 from labkit.errors import LabkitError
 from labkit.provenance import frames
 from labkit.provenance.ids import DOCUMENTS, SectionId, sections_text
-from labkit.report import matrix
+from labkit.report import matrix, printed
 from labkit.report.queries import latest_runs, load_table
 
 
@@ -37,7 +37,8 @@ def build(c, sid: SectionId, *, recipe=None, owner: str | None = None) -> dict:
     if sid.doc == "RESULTS-MATRIX":
         sec = matrix.section(c, sid.section)
         return {"id": str(sid), "title": sid.title, "data": sec.data, "display": matrix.display(sec),
-                "sources": sec.sources, "no_data": sec.no_data}
+                "sources": sec.sources, "no_data": sec.no_data,
+                "printed": printed.chapter_e(sec.data) if sid.section == "E" and not sec.data.empty else None}
     from labkit.config.recipe import load
     from labkit.report import worksheet
 
