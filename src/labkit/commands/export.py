@@ -6,6 +6,12 @@ IDs: a notebook table (LAB:02-3fa2c1-k7q2m/sweep-cells), a matrix section
 §accounting). CSV keeps the numeric columns as logged; md and latex are the display form
 with the ID in the caption. Output goes to stdout (before the JSON line) or --out FILE.
 A figure ID is refused: `labkit regen` redraws figures (PNG, SVG, PDF).
+
+latex is what a chapter includes as it is: booktabs rules, numbers rounded for print,
+columns that wrap to the line width, a ratio beside its interval where the table has one;
+§E in the chapter's shape (model/spill, drafter, baseline, one column per n_max, each cell
+"tok/s (×) @ first-token %", the load-log text in a note). Its first line names the
+packages it needs: booktabs, array and longtable (lscape for a very wide table).
 """
 
 from __future__ import annotations
