@@ -25,7 +25,8 @@ reproduce: setup
 	$(BIN)/labkit reproduce
 
 # JupyterLab on the project's `labkit` kernel (scripts/setup.sh installs it into the venv),
-# with outputs stripped on save (jupyter-config/); --allow-root where CI/containers run as root.
+# with the project config (jupyter-config/: no news popup, IPC kernels; saved notebooks keep their
+# outputs, which the nbstripout git filter keeps out of git); --allow-root where CI/containers run as root.
 lab: setup
 	$(BIN)/jupyter lab --ip 127.0.0.1 --no-browser --config jupyter-config/jupyter_server_config.py \
 		$$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks

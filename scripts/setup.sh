@@ -126,6 +126,10 @@ if [ ! -f "$VENV/share/jupyter/kernels/labkit/kernel.json" ]; then
     "$VPY" -m ipykernel install --sys-prefix --name labkit --display-name "labkit (.venv)" >/dev/null
 fi
 
+# Notebooks keep their outputs on disk; git reads them through nbstripout (.gitattributes),
+# so `git status` and `labkit reproduce` see sources only (src/labkit/lab/gitfilter.py).
+"$VPY" -m labkit.lab.gitfilter . || log "could not configure the nbstripout git filter: saved notebook outputs will show as changes"
+
 if [ -n "$sysdeps_pid" ]; then
     wait "$sysdeps_pid" || log "system packages: see the message above (tests that need them say so)"
 fi

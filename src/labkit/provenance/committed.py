@@ -1,12 +1,19 @@
 """Does a reproduction run the notebooks as committed?
 
-JupyterLab's autosave rewrites the tracked notebooks: after an interactive run with tiny
-parameters, ``02_k_sweep.ipynb`` held outputs and its paired ``.py`` the tiny values, and
-the next ``labkit reproduce`` silently ran the tiny sweep under the name "default". So a
+JupyterLab saves what its user did: an interactive run of ``02_k_sweep`` with tiny
+parameters leaves those values in the ``.ipynb`` and its paired ``.py``, and once the next
+``labkit reproduce`` silently ran the tiny sweep under the name "default". So a
 reproduction first asks git whether each notebook, and its jupytext pair, is exactly what
 HEAD holds. If not it refuses, naming the files, unless told ``--allow-dirty``; the run
 then records that it ran uncommitted notebooks and which (``lab.allow_dirty``,
 ``lab.dirty_files``), so nobody mistakes it for a reproduction of the commit.
+
+Outputs are not a change: a saved notebook keeps its figures and tables on disk, and git
+reads notebooks through the ``nbstripout`` clean filter (``.gitattributes``; configured by
+``scripts/setup.sh``), so ``git status`` sees sources only. Papermill clears every output
+before it executes, so what runs is the committed sources. In a clone where the filter is
+not configured, a notebook with outputs reads as changed and the refusal says to run
+``make setup``.
 
 A notebook outside any git work tree (a scratch folder, ``$LABKIT_NOTEBOOKS``) has no
 committed version to compare with; its runs are tagged ``lab.notebook_git = none``.
@@ -64,10 +71,24 @@ def check(nbs: list[Path], *, allow_dirty: bool = False) -> dict[Path, dict]:
             tags[nb] = {"lab.notebook_git": "uncommitted", "lab.allow_dirty": "true",
                         "lab.dirty_files": ", ".join(changed)}
     if bad and not allow_dirty:
+        unfiltered = _filter_missing(nbs[0]) if nbs else False
         raise LabkitError(
             f"the notebook files {', '.join(bad)} differ from the commit (HEAD): a reproduction runs the "
-            "notebooks as committed",
-            "commit the change (after `jupytext --sync`), or undo it with `git checkout -- FILE`; or pass "
+            "notebooks as committed"
+            + (" (and this clone has no nbstripout git filter, so saved outputs count as changes)"
+               if unfiltered else ""),
+            ("run `make setup` (it configures the filter), then " if unfiltered else "")
+            + "commit the change (after `jupytext --sync`), or undo it with `git checkout -- FILE`; or pass "
             "--allow-dirty to run them as they are (the run records it)",
         )
     return tags
+
+
+def _filter_missing(nb: Path) -> bool:
+    """Whether git would read ``nb`` through the nbstripout filter but the filter is not configured."""
+    try:
+        attr = _git(nb.parent, "check-attr", "filter", "--", nb.name)
+        conf = _git(nb.parent, "config", "--get", "filter.nbstripout.clean")
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return attr.stdout.strip().endswith(": nbstripout") and conf.returncode != 0
