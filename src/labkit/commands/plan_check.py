@@ -1,0 +1,53 @@
+"""`labkit plan --check` and `--published` (the plan command's two measuring/reading modes)."""
+
+from __future__ import annotations
+
+from labkit.commands import emit, progress
+
+
+def run(*, rounds: int = 8, sweep: bool = True) -> int:
+    """Predict this box's models, measure them, print both with the error, keep the residual."""
+    from labkit.commands.machine import log_run
+    from labkit.engines.llamacpp import build_info
+    from labkit.measure import machine, plancheck
+    from labkit.provenance.fingerprint import host_info
+
+    host, build = host_info(), build_info()
+    from labkit.suites.workloads import load_workload
+
+    prof = machine.load("this", host=host, build=build)
+    prompts = [p for w in plancheck.SWEEP_WORKLOADS for p in load_workload(w, limit=1)] if sweep else None
+    res = plancheck.run_check(prof, prompts=prompts, rounds=rounds, progress=progress)
+    prof = machine.with_residual(prof, res["residual"])
+    path = machine.save(prof)
+    for line in plancheck.summary_lines(res):
+        print(line)
+    lab = log_run(prof, name="plan-check", table=res["verify"])
+    print(f"residual stored in {path}; logged [{lab}]")
+    emit({"residual": res["residual"], "verify": res["verify"].to_dict("records"),
+          "cells": None if res["cells"] is None else res["cells"].to_dict("records"), "seconds": res["seconds"],
+          "label": res["label"], "lab_id": lab})
+    return 0
+
+
+def published() -> int:
+    """The planner beside the seeds' published §E cells (data/published/seeds.yaml)."""
+    import pandas as pd
+
+    from labkit.analysis import plan_published
+    from labkit.artifacts import published as pub
+
+    data = pub.load()
+    res = plan_published.compare(data, pub.model_profiles(data))
+    df = pd.DataFrame(res["cells"])
+    print("the planner beside Chapter 3's §E (PREDICTED with assumed bandwidths; baselines fitted, in sample):")
+    for r in df.itertuples():
+        print(f"  {r.row:<24} n_max={r.n_max}: published {r.published_tok_s:.1f} ({r.published_speedup:.2f}×), "
+              f"predicted {r.predicted_tok_s:.1f} ({r.predicted_speedup:.2f}×), error {r.tok_s_error:+.0%}"
+              + ("" if r.sign_match else "  SIGN DIFFERS"))
+    print(f"winning n_max per row match: {res['winners_match']}; signs match: {res['signs_match']}; "
+          f"row order match: {res['row_order_match']}")
+    for line in plan_published.missed_term(res["cells"]):
+        print(f"  missed: {line}")
+    emit(res)
+    return 0

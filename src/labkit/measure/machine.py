@@ -1,0 +1,213 @@
+"""The machine profile: the few numbers the planner prices a step with, measured on this host.
+
+- host bandwidth: a multi-threaded streaming read (numpy sums, which release the GIL) over a
+  buffer far larger than the caches; median and range over repeats, GB/s.
+- device bandwidth: measured only where an accelerator exists and the engine can reach it;
+  otherwise "not measured: <reason>" (never a guess).
+- the engine's fixed per-step overhead: the plain step of a tiny SYNTHETIC model (a few
+  hundred kB of weights), where graph building and thread sync are all there is to time.
+- compute: verify(m) for m = 1..8 on the embedded model (``verify_cost.bench_verify``),
+  turned into ns per parameter for the first row (what the one-row step costs beyond reading
+  its bytes), per further row, and the extra of an odd row count (row-pair kernels).
+
+The profile is cached per host and engine build (``$LABKIT_CACHE/machine/``); a plan on this
+host finds it there. A profile from another host is used only when named (``--profile``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from labkit.analysis.costmodel import fit_verify_model, verify_frame
+from labkit.artifacts import synthetic, zoo
+from labkit.artifacts.gguf_profile import DENSE_CATEGORIES, read_profile
+from labkit.errors import LabkitError
+from labkit.measure import verify_cost
+from labkit.measure.verify_cost import Progress
+from labkit.paths import cache_dir
+
+PROFILE_VERSION = 1
+TINY = "plan-tiny"  # SYNTHETIC: the overhead probe's model
+TINY_CONFIG = {"arch": "llama", "n_vocab": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_head_kv": 2,
+               "n_ff": 128, **{k: v for k, v in synthetic._COMMON.items()}}
+
+
+def host_bandwidth(*, threads: int | None = None, gib: float = 1.0, repeats: int = 5) -> dict:
+    """GB/s of a streaming read of ``gib`` GiB split over ``threads`` threads (median, range)."""
+    threads = threads or os.cpu_count() or 1
+    n = int(gib * 2**30) // 4
+    buf = np.ones(n, dtype=np.float32)  # touched once here, so the pages exist before timing
+    parts = np.array_split(buf, threads)
+    samples = []
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(np.sum, parts))  # warm-up: the same code path
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            list(pool.map(np.sum, parts))
+            samples.append(buf.nbytes / (time.perf_counter() - t0) / 1e9)
+    del parts, buf
+    return {"median": float(np.median(samples)), "min": float(min(samples)), "max": float(max(samples)),
+            "n": repeats, "threads": threads, "buffer_gib": gib, "method": "numpy float32 sums, one slice per thread"}
+
+
+def device_bandwidth(accelerator: str, build: dict) -> dict:
+    """Measured where possible; here: why not."""
+    if not accelerator or accelerator == "none":
+        return {"measured": False, "note": "not measured: no accelerator"}
+    if not build.get("gpu_offload_supported"):
+        return {"measured": False, "note": f"not measured: {accelerator} present but this llama.cpp build "
+                                           "cannot offload (built for CPU)"}
+    return {"measured": False, "note": f"not measured: {accelerator}; a device bandwidth probe through the engine's "
+                                       "backend is not implemented yet"}
+
+
+def _tiny_model() -> Path:
+    """The overhead probe's SYNTHETIC model, written once into the cache."""
+    path = cache_dir() / "machine" / f"{TINY}.gguf"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        synthetic.CONFIGS.setdefault(TINY, TINY_CONFIG)
+        tmp = path.with_name(path.name + ".partial")
+        synthetic.write(TINY, tmp)
+        os.replace(tmp, path)
+    return path
+
+
+def bench_model(path, *, m_values, rounds: int, kv_depth: int, threads: int | None, progress: Progress = None) -> dict:
+    """verify(m) of the GGUF at ``path`` (``bench_verify`` on a fresh llama.cpp engine)."""
+    from labkit.engines.llamacpp import LlamaCppEngine
+
+    with LlamaCppEngine(str(path), n_ctx=max(512, kv_depth + max(m_values) + 8), n_threads=threads) as e:
+        return verify_cost.bench_verify(e, m_values=m_values, rounds=rounds, kv_depth=kv_depth, progress=progress)
+
+
+def active_params(prof) -> dict:
+    """Bytes a one-row step reads and parameters it multiplies by (routed experts: u of E)."""
+    b = el = 0.0
+    for lay in prof.trunk:
+        b += sum(lay.bytes[c] for c in DENSE_CATEGORIES)
+        el += sum(lay.elements[c] for c in DENSE_CATEGORIES)
+        if prof.n_expert:
+            b += prof.n_expert_used * lay.bytes["experts"] / prof.n_expert
+            el += prof.n_expert_used * lay.elements["experts"] / prof.n_expert
+    return {"bytes": b + prof.output_bytes, "params": el + prof.output_elements}
+
+
+def calibrate(res: dict, prof, *, bandwidth_gbs: float, overhead_ms: float) -> dict:
+    """Compute rates (ns per parameter) from a verify(m) bench of the model ``prof``:
+    the first row beyond its bytes' read time, each further row, and odd-row extra."""
+    vm = fit_verify_model(verify_frame(res))
+    act = active_params(prof)
+    read_ms = act["bytes"] / (bandwidth_gbs * 1e6)
+    first = max(0.0, vm.H - overhead_ms - read_ms)
+    return {"matvec_ns_per_param": first / act["params"] * 1e6, "row_ns_per_param": vm.fit.b / act["params"] * 1e6,
+            "odd_ns_per_param": (vm.fit.parity or 0.0) / act["params"] * 1e6, "H_ms": vm.H,
+            "fit": {"a": vm.fit.a, "b": vm.fit.b, "parity": vm.fit.parity, "r2": vm.fit.r2},
+            "read_ms": read_ms, "active_bytes": act["bytes"], "active_params": act["params"]}
+
+
+def probe(*, host: dict, build: dict, threads: int | None = None, rounds: int = 16, gib: float = 1.0,
+          kv_depth: int = 200, model: str = "gemma-3-270m-q4_k_m", progress: Progress = None) -> dict:
+    """Measure this host's profile (see the module doc). ``host``: the fingerprint; ``build``:
+    the engine's build info (both recorded and part of the cache key)."""
+    say = progress or (lambda _msg: None)
+    say(f"host bandwidth: streaming read of {gib:g} GiB, {threads or os.cpu_count()} threads")
+    bw = host_bandwidth(threads=threads, gib=gib)
+    say(f"host bandwidth {bw['median']:.1f} GB/s ({bw['min']:.1f}–{bw['max']:.1f})")
+    dev = device_bandwidth(host.get("accelerator", "none"), build)
+    say("fixed per-step overhead: the plain step of a tiny SYNTHETIC model")
+    tiny = bench_model(_tiny_model(), m_values=[1], rounds=max(8, rounds), kv_depth=32, threads=threads)
+    overhead = float(tiny["H_ms"]["median"])
+    art = zoo.get(model)
+    say(f"verify(m) m = 1..8 on {art.name}, {rounds} rounds")
+    res = bench_model(art.path, m_values=list(range(1, 9)), rounds=rounds, kv_depth=kv_depth, threads=threads,
+                      progress=progress)
+    cal = calibrate(res, read_profile(art.path), bandwidth_gbs=bw["median"], overhead_ms=overhead)
+    return {
+        "version": PROFILE_VERSION, "kind": "measured", "key": cache_key(host, build),
+        "host_fingerprint": host, "build": {k: build.get(k) for k in ("llama_cpp_python", "cmake_args", "system_info")},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "threads": threads,
+        "host": {"bandwidth_gbs": bw["median"], "bandwidth": bw, **{k: cal[k] for k in
+                 ("matvec_ns_per_param", "row_ns_per_param", "odd_ns_per_param")}},
+        "device": None, "device_note": dev["note"], "overhead_ms": overhead,
+        "overhead": {"model": f"{TINY} (SYNTHETIC, {TINY_CONFIG['n_layer']} layers, n_embd {TINY_CONFIG['n_embd']})",
+                     "H_ms": tiny["H_ms"]},
+        "calibration": {"model": art.name, "model_sha256": art.sha256, "kv_depth": kv_depth, "rounds": rounds,
+                        **cal, "verify": res["verify"]},
+        "residual": None,
+    }
+
+
+# -- the cache ------------------------------------------------------------------------------
+def cache_key(host: dict, build: dict) -> str:
+    ident = {k: host.get(k) for k in ("label", "cpu", "cores", "memory_bytes", "accelerator")}
+    ident["build"] = {k: build.get(k) for k in ("llama_cpp_python", "cmake_args", "system_info")}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def profiles_dir() -> Path:
+    d = cache_dir() / "machine"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def save(profile: dict) -> Path:
+    path = profiles_dir() / f"profile-{profile['key']}.json"
+    tmp = path.with_suffix(".partial")
+    tmp.write_text(json.dumps(profile, indent=1, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def cached() -> list[dict]:
+    out = []
+    for p in sorted(profiles_dir().glob("profile-*.json")):
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        d["_path"] = str(p)
+        out.append(d)
+    return out
+
+
+def load(name: str, *, host: dict, build: dict) -> dict:
+    """The profile ``name`` names: "this" (this host and build, from the cache), a JSON file,
+    or another host's label among the cached profiles (named, so used knowingly)."""
+    key = cache_key(host, build)
+    if name.endswith(".json") or os.sep in name:
+        p = Path(name).expanduser()
+        if not p.is_file():
+            raise LabkitError(f"machine profile not found: {p}", "give a profile JSON written by labkit machine probe")
+        d = json.loads(p.read_text())
+        d["_path"] = str(p)
+        return d
+    profiles = cached()
+    if name == "this":
+        mine = [d for d in profiles if d.get("key") == key]
+        if mine:
+            return mine[-1]
+        others = sorted({(d.get("host_fingerprint") or {}).get("label", "?") for d in profiles})
+        if others:
+            raise LabkitError(f"the cached machine profiles are from other hosts or builds ({', '.join(others)}); "
+                              f"this host is {host.get('label')!r}",
+                              "run `labkit machine probe` here, or name one with --profile LABEL to plan for that box")
+        raise LabkitError("no machine profile for this host yet", "run `labkit machine probe` first (~1 minute)")
+    named = [d for d in profiles if (d.get("host_fingerprint") or {}).get("label") == name]
+    if not named:
+        known = sorted({(d.get("host_fingerprint") or {}).get("label", "?") for d in profiles}) or ["none cached"]
+        raise LabkitError(f"no cached machine profile for host {name!r}",
+                          f"use --profile this, a profile JSON path, or one of: {', '.join(known)}")
+    return named[-1]
+
+
+def with_residual(profile: dict, check: dict) -> dict:
+    """The profile with ``check``'s residuals recorded (later plans say how right they were)."""
+    return {**{k: v for k, v in profile.items() if k != "_path"}, "residual": check}

@@ -1,0 +1,139 @@
+"""`labkit plan --check`: the planner's predictions for the models on this box, beside measurement.
+
+What is checked (all on the host, the only place a CPU box can put weights):
+- verify(m), m = 1..8, of the embedded model (the calibration model: in-sample, its check
+  shows only how well the straight-line-plus-odd-row form fits) and of the SYNTHETIC dense and
+  MoE cost models at two sizes each (4 and 8 layers; out of sample: the profile never saw them);
+- the default recipe's n-gram cells k = 1..3 on a small greedy sweep (one prompt each of two
+  workloads, few runs): the planner is given the acceptance those runs measured (it prices
+  cost, not acceptance), and its speedup is set beside the measured one and that one's
+  interval (``decide.compare``).
+
+The residual (median absolute error per model and overall) goes into the machine profile.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from labkit.analysis import decide, plan
+from labkit.artifacts import synthetic, zoo
+from labkit.artifacts.gguf_profile import read_profile
+from labkit.measure import machine
+from labkit.measure.verify_cost import Progress
+from labkit.paths import cache_dir
+
+EMBEDDED = "gemma-3-270m-q4_k_m"
+LARGE = {"synthetic-dense-x2": "synthetic-dense", "synthetic-moe-x2": "synthetic-moe"}  # 8 layers, not 4
+SWEEP_WORKLOADS = ("edit", "code")
+
+
+def _synthetic_path(name: str) -> Path:
+    """A zoo synthetic model, or a larger variant written once into the cache (SYNTHETIC)."""
+    if name not in LARGE:
+        return zoo.get(name).path
+    path = cache_dir() / "machine" / f"{name}.gguf"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        synthetic.CONFIGS.setdefault(name, {**synthetic.CONFIGS[LARGE[name]], "n_layer": 8})
+        tmp = path.with_name(path.name + ".partial")
+        synthetic.write(name, tmp)
+        os.replace(tmp, path)
+    return path
+
+
+def verify_check(profile: dict, *, names, rounds: int, threads: int | None, kv_depth: int = 200,
+                 progress: Progress = None) -> pd.DataFrame:
+    """Predicted vs measured verify(m) per model and m (medians), with the relative error."""
+    rows = []
+    for name in names:
+        path = zoo.get(name).path if name == EMBEDDED else _synthetic_path(name)
+        prof = read_profile(path)
+        if progress:
+            progress(f"check: verify(m) of {name}, {rounds} rounds")
+        res = machine.bench_model(path, m_values=list(range(1, 9)), rounds=rounds, kv_depth=kv_depth, threads=threads)
+        for r in res["verify"]:
+            pred = plan.verify_ms(prof, profile, plan.Placement(), r["m"])
+            rows.append({"model": name, "synthetic": name != EMBEDDED, "in_sample": name == EMBEDDED, "m": r["m"],
+                         "measured_ms": r["median"], "measured_min_ms": r["min"], "measured_max_ms": r["max"],
+                         "predicted_ms": pred, "error": pred / r["median"] - 1})
+    return pd.DataFrame(rows)
+
+
+def sweep_check(profile: dict, prompts: list, *, runs: int = 2, max_tokens: int = 48, threads: int | None = None,
+                progress: Progress = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cells, rows): n-gram k = 1..3 measured on ``prompts`` (``workloads.Prompt``s), and predicted."""
+    from labkit.config.recipe import load
+    from labkit.config.runtime import make_drafter
+    from labkit.engines.llamacpp import LlamaCppEngine
+    from labkit.measure.sweep import k_sweep
+
+    R = load("default")
+    art = zoo.get(EMBEDDED)
+    prof = read_profile(art.path)
+    with LlamaCppEngine(str(art.path), n_ctx=2048, n_threads=threads or R.threads) as e:
+        drafter = make_drafter("ngram", R, e)
+        rows = k_sweep(e, prompts, drafters={"ngram": drafter}, ks=[0, 1, 2, 3], runs=runs, max_tokens=max_tokens,
+                       seed=R.seed, progress=progress)
+    warm = rows[~rows["cold"].astype(bool)]
+    cells = []
+    base = plan.verify_ms(prof, profile, plan.Placement(), 1)
+    for k in (1, 2, 3):
+        g = warm[(warm["k"] == k)]
+        p = [sum(int(a[i]) for a in g["acc_pos"]) / g["steps"].sum() for i in range(k)]
+        p = [min(p[: i + 1]) for i in range(k)]
+        c = plan.cell(prof, profile, plan.Placement(), k, p)
+        est = decide.compare(rows, arm={"drafter": "ngram", "k": k}, value="decode_tok_s")
+        cells.append({"drafter": "ngram", "k": k, "workloads": ",".join(sorted({p.workload for p in prompts})),
+                      "acceptance_p1": p[0], "tokens_per_step": c["tokens_per_step"],
+                      "measured_speedup": est.ratio, "measured_lo": est.lo, "measured_hi": est.hi,
+                      "verdict": est.verdict, "line": est.line(f"ngram n_max={k} (decode tok/s, measured)"),
+                      "predicted_speedup": c["speedup"], "error": c["speedup"] / est.ratio - 1,
+                      "predicted_H_ms": base, "predicted_V_ms": c["V_ms"]})
+    return pd.DataFrame(cells), rows
+
+
+def residual(verify: pd.DataFrame, cells: pd.DataFrame | None) -> dict:
+    """The errors as the profile keeps them: median |error| overall, out of sample, per model."""
+    out = {"checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "models": int(verify["model"].nunique()),
+           "verify_median_abs_error": float(verify["error"].abs().median()),
+           "verify_median_abs_error_out_of_sample": float(verify.loc[~verify["in_sample"], "error"].abs().median()),
+           "per_model": {m: float(g["error"].abs().median()) for m, g in verify.groupby("model")}}
+    if cells is not None and not cells.empty:
+        out["speedup_median_abs_error"] = float(cells["error"].abs().median())
+        out["speedup_cells"] = cells[["k", "measured_speedup", "predicted_speedup", "error"]].to_dict("records")
+    return out
+
+
+def run_check(profile: dict, *, prompts: list | None = None, rounds: int = 8, threads: int | None = None,
+              progress: Progress = None) -> dict:
+    """The whole check; ``prompts`` (one per SWEEP_WORKLOADS entry, say) for the k = 1..3 cells, None: none."""
+    names = [EMBEDDED, "synthetic-dense", "synthetic-dense-x2", "synthetic-moe", "synthetic-moe-x2"]
+    t0 = time.perf_counter()
+    v = verify_check(profile, names=names, rounds=rounds, threads=threads, progress=progress)
+    cells, rows = sweep_check(profile, prompts, threads=threads, progress=progress) if prompts else (None, None)
+    return {"verify": v, "cells": cells, "sweep_rows": rows, "residual": residual(v, cells),
+            "seconds": round(time.perf_counter() - t0, 1), "rounds": rounds,
+            "label": "synthetic models: SYNTHETIC random weights, valid for cost only"}
+
+
+def summary_lines(res: dict) -> list[str]:
+    r = res["residual"]
+    lines = ["predicted vs measured on this box (verify(m) medians; error = predicted/measured − 1):"]
+    for m, g in res["verify"].groupby("model", sort=False):
+        errs = " ".join(f"{x:+.0%}" for x in g["error"])
+        tag = " (calibration model, in sample)" if g["in_sample"].iloc[0] else " (SYNTHETIC)"
+        lines.append(f"  {m:<22} m=1..8: {errs}   median |error| {np.median(g['error'].abs()):.0%}{tag}")
+    lines.append(f"  all models: median |error| {r['verify_median_abs_error']:.1%} "
+                 f"(out of sample {r['verify_median_abs_error_out_of_sample']:.1%})")
+    if res.get("cells") is not None:
+        for c in res["cells"].itertuples():
+            lines.append(f"  {c.line}; predicted {c.predicted_speedup:.2f}× (error {c.error:+.1%})")
+        lines.append(f"  speedup: median |error| {r['speedup_median_abs_error']:.1%}")
+    return lines

@@ -1,0 +1,105 @@
+"""What `labkit plan` and notebook 08 show: the planned §E and §B tables, the check against
+measurement, the planner beside published numbers, and the speedup-vs-spill figure.
+
+Tables are tidy numeric frames (logged as they are); ``human`` turns a plan into the lines a
+terminal prints. Acceptance can come from a logged k sweep (``acceptance_from_lab``): the
+probability that draft position i is accepted in a step, pooled over the sweep's warm greedy
+runs at its largest k.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from labkit.errors import LabkitError
+from labkit.provenance import tracking
+from labkit.provenance.ids import parse_id
+from labkit.report import evidence
+
+PUBLISHED_COLUMNS = ["source", "row", "n_max", "published_tok_s", "predicted_tok_s", "tok_s_error",
+                     "published_speedup", "predicted_speedup", "speedup_error", "acceptance", "sign_match",
+                     "row_winner_published", "row_winner_predicted", "winner_match", "dominant"]
+
+
+def acceptance_from_lab(c, text: str, *, drafter: str = "ngram", temperature: float = 0.0) -> dict:
+    """Per-position acceptance from the 02_k_sweep run (or its sweep-runs table) ``text`` names."""
+    lab = parse_id(text)
+    run = tracking.find_run(c, lab.run)
+    rows = evidence.table_or_none(c, run, "sweep-runs")
+    if rows is None:
+        raise LabkitError(f"{text} has no sweep-runs table to read acceptance from",
+                          "name a 02_k_sweep run (labkit show lists its tables), or give --acceptance 0.85,0.7,0.59")
+    rows = rows[(rows["drafter"] == drafter) & (rows["temperature"] == temperature) & (~rows["cold"].astype(bool))]
+    if rows.empty:
+        raise LabkitError(f"{text} has no warm {drafter} runs at temperature {temperature:g}",
+                          "pick the drafter it measured (--drafter), or give --acceptance values")
+    top = rows[rows["k"] == rows["k"].max()]
+    k = int(top["k"].iloc[0])
+    steps = float(top["steps"].sum())
+    p = [sum(int(r[i]) for r in top["acc_pos"] if r is not None and len(r) > i) / steps for i in range(k)]
+    for i in range(1, k):  # pooled counts are non-increasing by construction; guard float dust
+        p[i] = min(p[i], p[i - 1])
+    return {"p": p, "source": str(lab), "k_max": k, "steps": int(steps), "drafter": drafter}
+
+
+def e_table(res: dict) -> pd.DataFrame:
+    cols = ["placement", "spilled_layers", "n_max", "tok_s", "speedup", "first_token_acceptance", "tokens_per_step",
+            "baseline_tok_s", "V_ms", "D_ms", "H_ms", "dominant"]
+    return pd.DataFrame(res["E"])[cols]
+
+
+def b_table(res: dict) -> pd.DataFrame:
+    cols = ["placement", "c", "n_max", "tok_s", "speedup", "baseline_tok_s", "V_ms", "D_ms", "dominant"]
+    return pd.DataFrame(res["B"])[cols]
+
+
+def axis_table(res: dict) -> pd.DataFrame:
+    """Predicted speedup per (n_max, spilled layers): the figure's lines."""
+    return pd.DataFrame([{"n_max": f["n_max"], **a} for f in res["flips"] for a in f["axis"]])
+
+
+def _cell(r) -> str:
+    acc = "" if r["n_max"] == 0 else f" @ {r['first_token_acceptance']:.0%}"
+    return f"{r['tok_s']:.1f} ({r['speedup']:.2f}×){acc}"
+
+
+def human(res: dict, *, model: dict, machine: dict) -> list[str]:
+    """The plan as terminal lines: what was planned, §E, §B, where it flips, what it left out."""
+    host = (machine.get("host_fingerprint") or {}).get("label") or machine.get("name") or "a stated profile"
+    lines = [f"plan: {model['architecture']}, {model['n_layer']} layers"
+             + (f", {model['n_expert']} experts (top-{model['n_expert_used']})" if model["n_expert"] else ", dense")
+             + f", {model['total_bytes'] / 1e9:.2f} GB; box: {host}, host {machine['host']['bandwidth_gbs']:.1f} GB/s, "
+             + (f"device {machine['device']['bandwidth_gbs']:.0f} GB/s" if machine.get("device")
+                else machine.get("device_note") or "no device"),
+             "PREDICTED, not measured: each cell tok/s (× vs plain) @ first-token acceptance", ""]
+    e = pd.DataFrame(res["E"])
+    lines.append("§E  placement                      spilled  " + "  ".join(f"n_max={k:<14}" for k in
+                                                                         sorted(e["n_max"].unique())))
+    for (pl, sp), g in e.groupby(["placement", "spilled_layers"], sort=False):
+        lines.append(f"    {pl:<30} {sp:>7}  " + "  ".join(f"{_cell(r):<20}" for _, r in g.iterrows()))
+    b = pd.DataFrame(res["B"])
+    if b["c"].nunique() > 1:
+        lines += ["", f"§B  at {b['placement'].iloc[0]}: aggregate tok/s over c streams"]
+        for c, g in b.groupby("c"):
+            lines.append(f"    c={c:<3} " + "  ".join(f"n_max={r['n_max']}: {r['tok_s']:.1f} ({r['speedup']:.2f}×)"
+                                                   for _, r in g.iterrows()))
+    spec = e[e["n_max"] > 0]
+    if not spec.empty:
+        worst = spec.loc[spec["speedup"].idxmin()]
+        lines += ["", f"dominant term where it pays least ({worst['placement']}, n_max={worst['n_max']}): "
+                      f"{worst['dominant']}"]
+    lines += [f"flip: {f['text']}" for f in res["flips"]]
+    lines += [f"note: {w}" for w in model.get("warnings", [])]
+    resid = machine.get("residual")
+    if resid:
+        lines.append(f"this box's record: verify(m) predicted within {resid['verify_median_abs_error']:.0%} median "
+                     f"absolute error on {resid['models']} models; speedup within "
+                     f"{resid.get('speedup_median_abs_error', float('nan')):.0%} (labkit plan --check, "
+                     f"{resid['checked_at']})")
+    elif machine.get("kind") == "measured":
+        lines.append("this box's record: never checked; run labkit plan --check")
+    return lines
+
+
+def published_table(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows)[PUBLISHED_COLUMNS]
