@@ -211,3 +211,16 @@ def load(name: str, *, host: dict, build: dict) -> dict:
 def with_residual(profile: dict, check: dict) -> dict:
     """The profile with ``check``'s residuals recorded (later plans say how right they were)."""
     return {**{k: v for k, v in profile.items() if k != "_path"}, "residual": check}
+
+
+def load_or_probe(*, host: dict, build: dict, rounds: int = 8, threads: int | None = None,
+                  progress: Progress = None) -> dict:
+    """This host's cached profile, or a fresh (short) probe saved for next time."""
+    try:
+        return load("this", host=host, build=build)
+    except LabkitError:
+        if progress:
+            progress("no machine profile for this host and build yet: probing now")
+        prof = probe(host=host, build=build, rounds=rounds, threads=threads, progress=progress)
+        save(prof)
+        return prof

@@ -103,3 +103,27 @@ def human(res: dict, *, model: dict, machine: dict) -> list[str]:
 
 def published_table(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)[PUBLISHED_COLUMNS]
+
+
+POST_PROSE = [0.85, 0.72, 0.59]  # the post's prose acceptance (data/published/seeds.yaml), k=2 interpolated
+
+
+def acceptance_for(c, recipe) -> dict:
+    """Per-position acceptance for a plan of ``recipe``'s model: its newest 02_k_sweep (first of the
+    recipe's drafters with warm greedy runs), else the post's prose profile, labelled as such."""
+    s = evidence.sweep(c, recipe)
+    if s.rows is not None and s.id:
+        for d in recipe.drafters:
+            try:
+                return {**acceptance_from_lab(c, s.id, drafter=d), "why": f"measured by {s.id}"}
+            except LabkitError:
+                continue
+    why = s.why or "the newest sweep has no warm greedy runs"
+    return {"p": POST_PROSE, "source": "assumed: the post's prose profile (data/published/seeds.yaml)",
+            "drafter": "ngram", "why": why}
+
+
+def published_points(cells: list[dict]) -> list[dict]:
+    """The chapter's spilled §E cells as figure points (spilled layers, published speedup, n_max)."""
+    return [{"spilled_layers": c["spilled_layers"], "speedup": c["published_speedup"], "n_max": c["n_max"]}
+            for c in cells if c["spilled_layers"] > 0]

@@ -1,0 +1,105 @@
+"""The machine profile: a real streaming read, a real probe on the embedded model (llama.cpp),
+the per-host cache and its refusals, `labkit machine probe` logged to a real MLflow store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labkit.analysis import plan
+from labkit.artifacts.gguf_profile import read_profile
+from labkit.errors import LabkitError
+from labkit.measure import machine
+
+HOST = {"label": "box-a", "cpu": "cpu", "cores": 2, "memory_bytes": 1, "accelerator": "none"}
+OTHER = {**HOST, "label": "box-b", "cpu": "another cpu"}
+BUILD = {"llama_cpp_python": "0.3.36", "cmake_args": "x", "system_info": "AVX2 = 1"}
+
+
+@pytest.fixture
+def profiles(tmp_path, monkeypatch):
+    d = tmp_path / "machine"
+    d.mkdir()
+    monkeypatch.setattr(machine, "profiles_dir", lambda: d)
+    return d
+
+
+def _profile(host):
+    return {"key": machine.cache_key(host, BUILD), "host_fingerprint": host, "host": {"bandwidth_gbs": 5.0},
+            "overhead_ms": 0.3, "device": None, "device_note": "not measured: no accelerator"}
+
+
+def test_streaming_read_measures_bandwidth():
+    bw = machine.host_bandwidth(threads=2, gib=0.125, repeats=3)
+    assert 0.5 < bw["min"] <= bw["median"] <= bw["max"] < 500 and bw["threads"] == 2
+
+
+def test_no_accelerator_is_said_not_guessed():
+    assert machine.device_bandwidth("none", {})["note"] == "not measured: no accelerator"
+    assert "cannot offload" in machine.device_bandwidth("NVIDIA X, 24 GiB", {"gpu_offload_supported": False})["note"]
+
+
+def test_cache_is_per_host_and_another_hosts_profile_must_be_named(profiles, tmp_path):
+    with pytest.raises(LabkitError, match="no machine profile for this host") as e:
+        machine.load("this", host=HOST, build=BUILD)
+    assert "labkit machine probe" in e.value.fix
+    machine.save(_profile(OTHER))
+    with pytest.raises(LabkitError, match="other hosts") as e:
+        machine.load("this", host=HOST, build=BUILD)
+    assert "box-b" in e.value.problem and "--profile" in e.value.fix
+    assert machine.load("box-b", host=HOST, build=BUILD)["host_fingerprint"]["label"] == "box-b"  # named: used
+    machine.save(_profile(HOST))
+    assert machine.load("this", host=HOST, build=BUILD)["host_fingerprint"]["label"] == "box-a"
+    with pytest.raises(LabkitError, match="no cached machine profile for host 'box-c'"):
+        machine.load("box-c", host=HOST, build=BUILD)
+    # the same host with another engine build is another profile
+    with pytest.raises(LabkitError, match="other hosts or builds"):
+        machine.load("this", host=HOST, build={**BUILD, "cmake_args": "-DGGML_CUDA=on"})
+
+
+def test_plan_refuses_another_hosts_profile_unless_named(profiles, capsys, embedded, monkeypatch):
+    from labkit import cli
+    from labkit.commands import plan as plan_cmd
+
+    monkeypatch.setattr(plan_cmd, "_host_build", lambda: (HOST, BUILD))
+    machine.save(_profile(OTHER))
+    argv = ["plan", "--model", str(embedded.path), "--acceptance", "0.8,0.6"]
+    assert cli.main(argv) == 2
+    assert "other hosts" in capsys.readouterr().err
+    assert cli.main([*argv, "--profile", "box-b"]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["predicted"] and doc["E"][0]["n_max"] == 0
+
+
+@pytest.fixture(scope="module")
+def probed():
+    from labkit.engines.llamacpp import build_info
+    from labkit.provenance.fingerprint import host_info
+
+    return machine.probe(host=host_info(), build=build_info(), threads=2, rounds=3, gib=0.25)
+
+
+def test_probe_measures_this_host_and_predicts_its_own_calibration_model(probed, embedded):
+    p = probed
+    assert p["kind"] == "measured" and p["device"] is None and p["device_note"] == "not measured: no accelerator"
+    assert p["host"]["bandwidth_gbs"] > 0.5 and 0 < p["overhead_ms"] < p["calibration"]["H_ms"]
+    assert p["host"]["row_ns_per_param"] > 0 and p["host"]["matvec_ns_per_param"] >= 0
+    prof = read_profile(embedded.path)
+    by_m = {r["m"]: r["median"] for r in p["calibration"]["verify"]}
+    errs = [plan.verify_ms(prof, p, plan.Placement(), m) / by_m[m] - 1 for m in by_m]
+    assert abs(errs[0]) < 0.05  # m = 1 is H by construction
+    assert sorted(abs(e) for e in errs)[len(errs) // 2] < 0.25  # in sample: the form, not the numbers
+
+
+def test_machine_probe_command_caches_and_logs_a_run(profiles, store, capsys):
+    from labkit import cli
+    from labkit.provenance import tracking
+
+    assert cli.main(["machine", "probe", "--rounds", "2", "--gib", "0.25", "--threads", "2"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    doc = json.loads(out[-1])
+    assert any(line.startswith("host bandwidth") for line in out[:-1]) and doc["lab_id"].startswith("LAB:")
+    assert list(profiles.glob("profile-*.json"))
+    run = tracking.find_run(tracking.client(), doc["lab_id"].removeprefix("LAB:"))
+    assert run.data.metrics["host_bandwidth_gbs"] == pytest.approx(doc["host"]["bandwidth_gbs"])
