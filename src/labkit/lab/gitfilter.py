@@ -47,6 +47,31 @@ def install(repo: str | Path, *, python: str | None = None) -> bool:
     return changed
 
 
+def refresh_after_save(model=None, os_path: str = "", contents_manager=None, **kwargs) -> None:
+    """``FileContentsManager.post_save_hook`` (jupyter-config/): after a save that changed only
+    what the filter drops (outputs), refresh the file's index entry so ``git status`` reads
+    clean. Git reports any file whose size changed as modified without running the clean
+    filter; ``git add`` of a file whose filtered content is already the index's stages
+    nothing and records the new size. A file whose sources changed is left alone."""
+    path = Path(os_path)
+    if not path.is_file():
+        return
+    try:
+        attr = _git(path.parent, "check-attr", "filter", "--", path.name)
+        if not attr.stdout.strip().endswith(f": {NAME}"):
+            return
+        now = _git(path.parent, "hash-object", "--path", path.name, "--", path.name)
+        staged = _git(path.parent, "rev-parse", "-q", "--verify", f":./{path.name}")
+        if now.returncode == 0 and staged.returncode == 0 and now.stdout.strip() == staged.stdout.strip():
+            _git(path.parent, "add", "--", path.name)
+    except (OSError, subprocess.SubprocessError):
+        pass  # a save never fails on git's account
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=60)
+
+
 def main(argv=None) -> int:
     repo = Path(argv[0] if argv else ".")
     inside = subprocess.run(["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree"],

@@ -50,10 +50,22 @@ def changed_files(nb: Path) -> list[str] | None:
         raise LabkitError(f"git status failed in {root}: {st.stderr.strip()[:300]}",
                           "check the checkout (`git status`), or pass --allow-dirty")
     dirty = sorted({line[3:].strip() for line in st.stdout.splitlines() if line.strip()})
+    # git status reports a file whose size changed without reading it through the clean
+    # filter (a notebook saved with outputs): such a file is unchanged when its filtered
+    # content is HEAD's
+    dirty = [f for f in dirty if not _same_as_head(root, f)]
     tracked = _git(root, "ls-files", "--error-unmatch", "--", rel[0])
     if tracked.returncode != 0 and rel[0] not in dirty:
         dirty.insert(0, rel[0])
     return dirty
+
+
+def _same_as_head(root: Path, rel: str) -> bool:
+    if not (root / rel).is_file():
+        return False
+    head = _git(root, "rev-parse", "-q", "--verify", f"HEAD:{rel}")
+    now = _git(root, "hash-object", "--path", rel, "--", rel)  # through the file's filters
+    return head.returncode == 0 and now.returncode == 0 and head.stdout.strip() == now.stdout.strip()
 
 
 def check(nbs: list[Path], *, allow_dirty: bool = False) -> dict[Path, dict]:
