@@ -22,8 +22,10 @@
 # alone), priced with the measured verify(m). Then the recipe's protocol measures:
 # `stepwise` (the chapter's n_max protocol) steps k up from 1 per drafter and stops at the
 # first step that loses end-to-end (TTLT) against plain, collapses acceptance, or leaves the
-# tool suite's noise band; `full` measures every k. Every measured arm and the plain
-# baseline run on the same prompts, interleaved, ≥ 3 warm runs per cell (median and range).
+# tool suite's noise band; `full` measures every k. Every measured arm, the plain baseline
+# and a second plain arm (the A/A control) run on the same prompts, interleaved. Each verdict
+# is the geometric-mean speedup with its 95% CI: wins, loses, or no measurable difference
+# (within ±margin); undecided steps get more rounds, up to the recipe's budget.
 
 # %% tags=["parameters"]
 recipe = "default"
@@ -39,7 +41,7 @@ protocol = None  # "stepwise" (the n_max protocol) or "full" (every k); None: th
 
 # %%
 from labkit import lab as labkit_lab
-from labkit.analysis import costmodel, replay, sweep_tables
+from labkit.analysis import costmodel, replay, sweep_tables, verdicts
 from labkit.analysis import protocol as decide
 from labkit.config import runtime
 from labkit.measure import protocol as measure_protocol
@@ -76,9 +78,11 @@ if R.protocol == "stepwise":
                                     runs=R.runs, max_tokens=R.max_tokens, temperatures=tuple(R.temperatures),
                                     seed=R.seed, interleave=R.interleave, suite_check=suite,
                                     residency=engine.describe().get("residency"), predicted=pred["by_k"],
-                                    progress=print, **lab.arms("sweep"))
+                                    progress=print, max_runs=R.max_runs, budget_s=R.budget_s,
+                                    control=R.aa_control, **lab.arms("sweep"))
     rows = res["rows"]
-    lab.table("protocol-steps", res["steps"])
+    lab.table("protocol-steps", res["steps"], display=False)
+    print(verdicts.steps_text(res["steps"]))
     winner = decide.winner_tag(res["winner"], source=str(lab.id.child("protocol-steps")))
     lab.client.set_tag(lab.run_id, "protocol.winner", winner)
     lab.client.set_tag(lab.run_id, "protocol.stopped", res["stopped"][:5000])
@@ -86,8 +90,13 @@ if R.protocol == "stepwise":
 else:
     rows = sweep.k_sweep(engine, prompts, drafters=arms, ks=R.k, runs=R.runs, max_tokens=R.max_tokens,
                          temperatures=tuple(R.temperatures), seed=R.seed, interleave=R.interleave, progress=print,
-                         **lab.arms("sweep"))
+                         control=R.aa_control, **lab.arms("sweep"))
 lab.table("sweep-runs", rows, display=False)
+aa = verdicts.aa_tags(rows, temperature=measure_protocol.decision_temperature(R.temperatures),
+                      margin=R.decision_margin, confidence=R.decision_confidence)
+for tag, value in aa.items():
+    lab.client.set_tag(lab.run_id, tag, value)
+print(f"A/A control (plain vs plain): {aa.get('aa.line', 'not measured (aa_control: false)')}")
 
 # %%
 greedy_t = measure_protocol.decision_temperature(R.temperatures)
@@ -97,7 +106,7 @@ if beside is not None:
     lab.figure("replay_vs_measured", beside, name="replay-vs-measured")
 
 # %%
-cells = sweep_tables.cell_table(rows)
+cells = sweep_tables.cell_table(rows, margin=R.decision_margin, confidence=R.decision_confidence)
 lab.metrics(sweep_tables.cell_metrics(cells))
 lab.table("sweep-cells", cells, noise={"tok_s": ["tok_s_min", "tok_s_max"],
                                        "key": ["drafter", "workload", "k", "temperature"]})
@@ -106,10 +115,14 @@ lab.table("sweep-cells", cells, noise={"tok_s": ["tok_s_min", "tok_s_max"],
 greedy = cells[cells["temperature"] == 0]
 lab.figure("tok_s_vs_k", greedy, name="tok-s-vs-k", noise={"tok_s": ["tok_s_min", "tok_s_max"]})
 lab.figure("speedup_heatmap", greedy, name="speedup-heatmap")
-best = sweep_tables.best_k(cells)
+best = sweep_tables.best_k(cells, rows=rows, margin=R.decision_margin, confidence=R.decision_confidence)
 lab.table("best-k", best)
-default_k = sweep_tables.global_default(cells)
+default_k = sweep_tables.global_default(cells, rows=rows, margin=R.decision_margin, confidence=R.decision_confidence)
 lab.table("global-default", default_k)
+forest = verdicts.forest_table(rows, margin=R.decision_margin, confidence=R.decision_confidence,
+                               temperature=greedy_t)
+lab.table("speedup-forest", forest, display=False)
+lab.figure("forest", forest, name="speedup-forest", margin=R.decision_margin)
 
 # %% [markdown]
 # ## The gate at the global default: on vs off
@@ -133,8 +146,10 @@ if not rep.empty:
 # %%
 pred_cells = costmodel.predict(cells, rows, vm, residency=engine.describe().get("residency"))
 lab.table("cost-model", pred_cells)
-within = float((pred_cells["error"].abs() <= 0.10).mean())
-lab.metric("costmodel/within_10pct", within)
+judged = pred_cells[pred_cells["inside_ci"].notna()]
+inside = float(judged["inside_ci"].astype(bool).mean()) if len(judged) else float("nan")
+lab.metric("costmodel/inside_ci", inside)
 lab.figure("predicted_vs_measured", pred_cells[pred_cells["temperature"] == 0], name="predicted-vs-measured")
-print(f"cost model: {within:.0%} of cells within ±10%; losing cells and their dominant term:")
+print(f"cost model: the predicted speedup lies inside the measured 95% CI for {inside:.0%} of {len(judged)} "
+      "speculative cells; losing cells and their dominant term:")
 print(pred_cells[pred_cells["losing_term"].notna()][["drafter", "workload", "k", "losing_term"]].to_string(index=False))

@@ -54,8 +54,9 @@ engine = lab.engine()
 drafter = runtime.make_drafter(best["drafter"], R, engine)
 prompts = prompts_for(engine, [R.power_workload], limit=R.prompts_per_workload, seed=R.seed)
 rows = energy.power_runs(engine, prompts, drafter=drafter, k=best["k"], runs=R.runs, max_tokens=R.max_tokens,
-                         seed=R.seed, interleave=R.interleave, progress=print, **lab.arms("power"))
-lab.table("power-runs", rows)
+                         seed=R.seed, interleave=R.interleave, progress=print, control=R.aa_control,
+                         **lab.arms("power"))
+lab.table("power-runs", rows, display=False)
 
 # %%
 summ = energy.summary(rows)
@@ -64,3 +65,11 @@ lab.metrics(energy.summary_metrics(summ))
 modes = energy.two_modes(summ)
 lab.client.set_tag(lab.run_id, "power.summary", f"{modes['text']}; energy: {summ['energy'].iloc[0]}")
 print(modes["text"])
+cmp = lab.table("power-comparison", energy.compare(rows, k=best["k"], margin=R.decision_margin,
+                                                   confidence=R.decision_confidence), display=False)
+aa = cmp[cmp["drafter"] == "aa"]
+if len(aa):
+    ok = bool((aa["verdict"] == "no measurable difference").all())
+    lab.client.set_tag(lab.run_id, "aa.verdict", aa["verdict"].iloc[0])
+    lab.client.set_tag(lab.run_id, "aa.reliable", str(ok).lower())
+print("\n".join(cmp["line"]))

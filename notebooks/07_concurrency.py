@@ -63,7 +63,7 @@ if not skip:
     engine = lab.engine(n_seq_max=max(cs), n_ctx=per_seq)
     res = conc.bench_concurrency(engine, ids, cs=cs, ks=ks, make_drafter=conc.drafter_factory(R, engine, spec["drafter"]),
                                  drafter_name=spec["drafter"], runs=R.runs, max_tokens=R.max_tokens, seed=R.seed,
-                                 interleave=R.interleave, progress=print)
+                                 interleave=R.interleave, progress=print, control=R.aa_control)
 
 # %%
 if not skip:
@@ -94,6 +94,15 @@ if not skip:
 
 # %%
 if not skip:
-    verdict = lab.table("concurrency-verdict", ctable.verdict(df, R.production_concurrency))
-    lab.client.set_tag(lab.run_id, "concurrency.verdict", verdict["verdict"].iloc[0])
-    print(verdict["verdict"].iloc[0])
+    verdict = lab.table("concurrency-verdict", ctable.verdict(df, R.production_concurrency, margin=R.decision_margin,
+                                                              confidence=R.decision_confidence))
+    v = verdict.iloc[0]
+    lab.client.set_tag(lab.run_id, "concurrency.verdict", v["verdict"])
+    if v["aa_verdict"] is not None:
+        lab.client.set_tag(lab.run_id, "aa.verdict", v["aa_verdict"])
+        lab.client.set_tag(lab.run_id, "aa.reliable", str(v["aa_verdict"] == "no measurable difference").lower())
+    print(v["decision"] or v["verdict"], f"| A/A at c={R.production_concurrency}: {v['aa_verdict']}")
+    forest = lab.table("concurrency-forest", ctable.forest(df, margin=R.decision_margin,
+                                                           confidence=R.decision_confidence), display=False)
+    lab.figure("forest", forest, name="concurrency-forest", margin=R.decision_margin,
+               title=f"{workload}: aggregate speedup vs plain at each c, with its CI")

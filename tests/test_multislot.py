@@ -157,14 +157,30 @@ def test_bench_concurrency_rows_and_batch_cost(multi, prompts):
 def test_dips_and_verdict_from_rows():
     # SYNTHETIC rows: the dip and verdict logic on a hand-made table, not a measurement
     rows = [{"engine": "labkit", "c": c, "k": k, "drafter": "ngram" if k else "none", "agg_tok_s": a,
-             "agg_tok_s_min": a - 1, "agg_tok_s_max": a + 1, "speedup": s}
+             "agg_tok_s_min": a - 1, "agg_tok_s_max": a + 1, "speedup": s, "agg_runs": [a - 0.3, a, a + 0.3]}
             for c, k, a, s in [(1, 0, 30, 1.0), (2, 0, 50, 1.0), (3, 0, 40, 1.0), (4, 0, 49.5, 1.0),
                                (1, 3, 45, 1.5), (2, 3, 55, 1.1), (3, 3, 44, 1.1), (4, 3, 45, 0.91)]]
+    # the A/A control at c=4: a second plain arm, its rounds a little apart from plain's
+    rows.append({"engine": "labkit", "c": 4, "k": 0, "drafter": "aa", "agg_tok_s": 49.6, "agg_tok_s_min": 49,
+                 "agg_tok_s_max": 50, "speedup": 1.0, "agg_runs": [49.0, 49.9, 49.6]})
     df = ctable.table({"rows": rows})
     d = ctable.dips(df)
     assert d[["k", "c_from", "c_to", "beyond_noise"]].values.tolist() == [[0, 2, 3, True], [3, 2, 3, True]]
     assert ctable.non_monotonic(df)
     v = ctable.verdict(df, 4)
     assert v.iloc[0]["verdict"] == "loses at c=4" and v.iloc[0]["k"] == 3
+    assert v.iloc[0]["hi"] < 0.98 and v.iloc[0]["aa_verdict"] == "no measurable difference"
+    assert v.iloc[0]["decision"].startswith("ngram k=3 at c=4 (aggregate tok/s, best of 1): 0.91× (95% CI")
     assert ctable.verdict(df, 2).iloc[0]["verdict"] == "speculation pays at c=2"
     assert ctable.verdict(df, 8).iloc[0]["verdict"] == "not measured at c=8"
+
+
+def test_the_best_of_several_arms_at_c_is_not_a_win_by_selection():
+    """07 picks the best k at the production c: with rounds this noisy, a 1.05× best arm is
+    no measurable difference, not "pays" (the old rule: best median > 1.0)."""
+    rows = [{"engine": "labkit", "c": 4, "k": k, "drafter": "ngram" if k else "none", "agg_tok_s": 50 * m,
+             "agg_tok_s_min": 0, "agg_tok_s_max": 0, "speedup": m, "agg_runs": [50 * m * f for f in fs]}
+            for k, m, fs in [(0, 1.0, (1.0, 1.0, 1.0)), (1, 0.97, (0.9, 1.05, 0.97)), (2, 1.05, (0.95, 1.15, 1.05))]]
+    v = ctable.verdict(ctable.table({"rows": rows}), 4).iloc[0]
+    assert v["k"] == 2 and v["arms"] == 2
+    assert v["verdict"] == "no measurable difference at c=4" and v["lo"] < 1.0 < v["hi"]

@@ -36,18 +36,21 @@ def test_step_summary_pairs_warm_runs_end_to_end():
                     spec_dec=[20, 20, 20])
     s = P.step_summary(rows, "ngram", 2)
     assert s["pairs"] == 3  # the cold run is left out
-    assert s["e2e_speedup"] == pytest.approx(1.2)  # median of 1.2, 1.5, 0.9: TTLT-based, not decode
+    assert s["e2e_speedup"] == pytest.approx((1.2 * 1.5 * 0.9) ** (1 / 3))  # geometric mean: TTLT-based, not decode
     assert (s["e2e_speedup_min"], s["e2e_speedup_max"]) == pytest.approx((0.9, 1.5))
+    # one prompt: its 3 rounds are the replication, and 3 rounds this spread decide nothing
+    assert s["e2e_lo"] < 1.0 < s["e2e_hi"] and s["verdict"] == "no measurable difference"
     assert s["decode_speedup"] == pytest.approx(2.0)
     assert s["acceptance"] == pytest.approx(0.6)  # 18 accepted / 30 drafted, warm only
     assert s["first_token_acceptance"] == pytest.approx(12 / 15)
 
 
 def test_a_step_that_loses_end_to_end_stops_even_when_decode_wins():
-    rows = rows_for("ngram", 3, plain_e2e=[10, 10, 10], spec_e2e=[9, 9.5, 9.8], plain_dec=[10] * 3,
+    rows = rows_for("ngram", 3, plain_e2e=[10, 10, 10], spec_e2e=[8, 8.2, 8.1], plain_dec=[10] * 3,
                     spec_dec=[15] * 3)
     row = P.judge(P.step_summary(rows, "ngram", 3), previous=None, th=TH)
-    assert not row["passed"] and row["stop_reason"].startswith("loses end-to-end: k=3 e2e 0.95x")
+    assert not row["passed"] and row["stop_reason"].startswith("loses end-to-end: ngram n_max=3: 0.81× e2e (95% CI")
+    assert row["verdict"] == "loses"
     assert row["decode_speedup"] == pytest.approx(1.5)
     assert row["toolsuite_verdict"].startswith("not run")
 
@@ -56,7 +59,8 @@ def test_stepping_up_that_loses_to_the_step_below_stops():
     prev = P.step_summary(rows_for("ngram", 2, plain_e2e=[10] * 3, spec_e2e=[15] * 3), "ngram", 2)
     cur = P.step_summary(rows_for("ngram", 3, plain_e2e=[10] * 3, spec_e2e=[13] * 3), "ngram", 3)
     row = P.judge(cur, previous=prev, th=TH)
-    assert not row["passed"] and "stepping up lost end-to-end: k=3 e2e 1.30x < k=2's 1.50x" in row["stop_reason"]
+    assert not row["passed"] and "stepping up lost end-to-end: k=3's CI 1.30–1.30 lies below k=2's 1.50×" in row[
+        "stop_reason"]
     assert P.judge(cur, previous=None, th=TH)["passed"]
 
 
@@ -72,6 +76,18 @@ def test_acceptance_collapse_and_suite_band_are_recorded_with_every_reason():
     assert ok["passed"] and ok["toolsuite_verdict"] == "within noise" and ok["stop_reason"] == ""
     skipped = P.judge(cur, previous=None, th=P.Thresholds(min_acceptance=0.25), suite={"skipped": "no tokenizer"})
     assert skipped["passed"] and skipped["toolsuite_verdict"] == "skipped: no tokenizer"
+
+
+def test_no_measurable_gain_stops_as_the_simpler_option():
+    """A step whose CI straddles the margin band is not a win: the protocol stops there and
+    the decision is speculation off at that k."""
+    rows = rows_for("ngram", 1, plain_e2e=[10, 10, 10], spec_e2e=[9.6, 10.5, 10.1])
+    s = P.step_summary(rows, "ngram", 1)
+    row = P.judge(s, previous=None, th=TH)
+    assert s["verdict"] == "no measurable difference" and not row["passed"]
+    assert row["stop_reason"].startswith("no measurable gain end-to-end: ngram n_max=1:")
+    assert P.settled(s, TH) is False  # more rounds could still make it a win
+    assert P.settled({**s, "e2e_hi": 1.015}, TH)  # the CI rules out a win: stop for futility
 
 
 def test_winner_is_the_last_passing_step_of_the_fastest_drafter():
@@ -105,6 +121,15 @@ def test_spilled_experts_guard_warns_before_stepping_past_k1():
     ("n_max: -1\n", "n_max = -1"),
     ("n_max_drafter: mtp\n", "n_max_drafter 'mtp' is not one of"),
     ("n_cpu_moe: -2\n", "n_cpu_moe = -2"),
+    # the decisions' fields: each refused by name, with the fix
+    ("decision_margin: 0\n", "decision_margin = 0.0 is outside (0, 0.5)"),
+    ("decision_margin: 0.5\n", "decision_margin = 0.5 is outside (0, 0.5)"),
+    ("decision_confidence: 0.999\n", "decision_confidence = 0.999 is outside (0.5, 0.999)"),
+    ("decision_confidence: 0.5\n", "decision_confidence = 0.5 is outside (0.5, 0.999)"),
+    ("runs: 3\nmax_runs: 2\n", "max_runs = 2 is below runs = 3"),
+    ("budget_s: 0\n", "budget_s = 0 leaves no time for even one round"),
+    ("aa_control: false\n", "aa_control is off while protocol: stepwise is on"),
+    ("aa_control: 1\n", "aa_control = 1 has the wrong type"),
 ])
 def test_bad_protocol_fields_are_refused(tmp_path, body, needle):
     p = tmp_path / "r.yaml"
@@ -112,6 +137,13 @@ def test_bad_protocol_fields_are_refused(tmp_path, body, needle):
     with pytest.raises(LabkitError) as e:
         rc.load(p)
     assert needle in e.value.problem
+    assert e.value.fix
+
+
+def test_aa_control_off_is_accepted_for_the_full_grid(tmp_path):
+    p = tmp_path / "r.yaml"
+    p.write_text("name: r\nprotocol: full\naa_control: false\n")
+    assert rc.load(p).aa_control is False
 
 
 def test_protocol_fields_are_sweep_fields_and_the_candidate_is_not():
@@ -142,11 +174,14 @@ def test_stepwise_protocol_on_the_real_engine(engine, edit_prompt):
         return {"within_noise": k < 2, "verdict": f"within noise at k={k}" if k < 2 else "regression: 12.5 points"}
 
     res = mp.stepwise(engine, edit_prompt, drafters={"ngram": NgramDrafter()}, ks=[0, 1, 2, 3], thresholds=
-                      P.Thresholds(min_speedup=0.01, min_acceptance=0.0), runs=1, max_tokens=12, suite_check=suite,
+                      P.Thresholds(min_speedup=0.01, min_acceptance=0.0), runs=2, max_tokens=12, suite_check=suite,
                       residency={"spilled_experts": True, "label": "SYNTHETIC test residency"}, warn=lambda m: None)
-    steps = res["steps"]
+    aa, steps = res["steps"].iloc[0], res["steps"].iloc[1:].reset_index(drop=True)
+    assert aa["drafter"] == "aa" and aa["verdict"] in ("wins", "loses", "no measurable difference")
+    assert res["reliable"] == (aa["verdict"] == "no measurable difference")
     th = P.Thresholds(min_speedup=0.01, min_acceptance=0.0)
     assert list(steps["k"]) == [1, 2] and list(steps["passed"]) == [True, False]
+    assert steps.iloc[0]["verdict"] == "wins"
     # k=2 stops either way; which check stopped it depends on the measured timings, so the
     # test asks the protocol to be consistent with what it measured: the suite (the dearest
     # check) runs only where the timing criteria pass, and its regression is named when it ran
@@ -163,14 +198,17 @@ def test_stepwise_protocol_on_the_real_engine(engine, edit_prompt):
     # every step pairs with its own plain runs: run indices never collide across steps
     assert rows.groupby(["drafter", "k", "run"]).size().max() == 1
     assert set(rows["protocol_step"]) == {1, 2}
-    # only the first step has a cold round; every step has its `runs` warm rounds per arm
+    # only the first step has a cold round; every step has its `runs` warm rounds per arm, the
+    # A/A control arm (a second plain arm) included
     assert set(rows[rows["cold"]]["protocol_step"]) == {1}
-    assert (rows[~rows["cold"]].groupby(["protocol_step", "k"]).size() == 1).all()
+    assert (rows[~rows["cold"]].groupby(["protocol_step", "drafter", "k"]).size() == 2).all()
+    assert set(rows["drafter"]) == {"none", "aa", "ngram"}
     assert set(P.STEP_COLUMNS) <= set(steps.columns)
     from labkit.analysis.sweep_tables import cell_table
 
-    cells = cell_table(rows)
-    assert set(cells["k"]) == {0, 1, 2} and (cells[cells["k"] == 0]["n"] == 2).all()
+    cells = cell_table(rows)  # the A/A arm is a control, not a cell
+    assert set(cells["drafter"]) == {"none", "ngram"}
+    assert set(cells["k"]) == {0, 1, 2} and (cells[cells["k"] == 0]["n"] == 4).all()
 
 
 def test_the_gated_sweep_measures_the_global_default_warm_with_the_gate_on(engine, edit_prompt):

@@ -136,9 +136,17 @@ def test_drift_arithmetic_flags_what_moved_and_only_that():
     old = {"H_ms": 20.0, "H_ms.lo": 19.0, "H_ms.hi": 22.0, "r2": 0.99, "lab.cell_duration_s": 1.0}
     moved, same = compare_metrics({"H_ms": 21.5, "r2": 0.90, "lab.cell_duration_s": 9.0}, old)
     assert [m["metric"] for m in moved] == ["r2"] and [m["metric"] for m in same] == ["H_ms"]
-    assert same[0]["basis"] == "recorded range" and moved[0]["basis"] == "5% of previous"
+    assert same[0]["basis"] == "intervals overlap" and moved[0]["basis"] == "no interval recorded: 5% of previous"
     moved, _ = compare_metrics({"H_ms": 200.0}, old)  # tenfold: beyond any recorded range
     assert moved and moved[0]["band"] == 3.0
+    # two CIs of a speedup: overlapping ones did not move, however far apart the estimates
+    old = {"speedup/ngram.edit.T0": 0.96, "speedup/ngram.edit.T0.lo": 0.90, "speedup/ngram.edit.T0.hi": 1.02}
+    _, same = compare_metrics({"speedup/ngram.edit.T0": 1.05, "speedup/ngram.edit.T0.lo": 1.01,
+                               "speedup/ngram.edit.T0.hi": 1.09}, old)
+    assert same and same[0]["basis"] == "intervals overlap"
+    moved, _ = compare_metrics({"speedup/ngram.edit.T0": 1.10, "speedup/ngram.edit.T0.lo": 1.05,
+                                "speedup/ngram.edit.T0.hi": 1.15}, old)
+    assert moved and moved[0]["basis"] == "intervals do not overlap"
 
 
 @pytest.mark.slow  # papermill

@@ -283,5 +283,24 @@ def test_a_step_the_replay_decided_reads_not_measured():
         {"drafter": "ngram", "k": 1, "e2e_speedup": 1.06, "acceptance": 0.89, "first_token_acceptance": 0.89,
          "passed": True, "measured": True, "stop_reason": ""}])
     text = decision.steps_text(steps, None, "ngram", "ngram: stopped at k=2")
-    assert "model n_max=1: not measured (stop: loses end-to-end (predicted by replay" in text and "nan" not in text
-    assert "ngram n_max=1: acceptance 89% (first token 89%), end-to-end 1.06× (pass)" in text
+    assert "model n_max=1: not measured (replay)" in text and "nan" not in text
+    assert "ngram n_max=1: 1.06×, acc 89%" in text
+
+
+def test_steps_with_intervals_read_as_short_verdicts_with_the_aa_control_first():
+    """SYNTHETIC steps as the protocol now logs them: each step one short clause (estimate,
+    CI, verdict, acceptance), the A/A control first, no stop-reason sentence repeated."""
+    reason = "no measurable gain end-to-end: ngram n_max=1: 0.98× e2e (95% CI 0.95–1.01), no measurable difference"
+    steps = pd.DataFrame([
+        {"drafter": "aa", "k": 0, "e2e_speedup": 1.0, "e2e_lo": 0.98, "e2e_hi": 1.01,
+         "verdict": "no measurable difference", "acceptance": None, "passed": True, "measured": True,
+         "stop_reason": ""},
+        {"drafter": "ngram", "k": 1, "e2e_speedup": 0.98, "e2e_lo": 0.95, "e2e_hi": 1.01,
+         "verdict": "no measurable difference", "acceptance": 0.89, "passed": False, "measured": True,
+         "stop_reason": reason},
+        {"drafter": "model", "k": 1, "e2e_speedup": 0.6, "e2e_lo": 0.57, "e2e_hi": 0.63, "verdict": "loses",
+         "acceptance": 0.7, "passed": False, "measured": True, "stop_reason": "loses end-to-end: …"}])
+    text = decision.steps_text(steps, None, "ngram", "ngram: stopped at k=1")
+    assert text == ("A/A no measurable difference; ngram n_max=1: 0.98× [0.95–1.01] no diff., acc 89%; "
+                    "model n_max=1: 0.60× [0.57–0.63] loses, acc 70%")
+    assert len(text) <= 200

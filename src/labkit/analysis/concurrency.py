@@ -12,9 +12,11 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from labkit.analysis import decide
+
 COLUMNS = ["c", "k", "drafter", "engine", "agg_tok_s", "per_stream_tok_s", "ttft_p50_ms", "ttft_p95_ms",
            "ttlt_p50_ms", "ttlt_p95_ms", "acceptance", "rows_per_step", "speedup", "lossless"]
-EXTRA = ["agg_tok_s_min", "agg_tok_s_max", "runs"]
+EXTRA = ["agg_tok_s_min", "agg_tok_s_max", "runs", "agg_runs"]
 
 
 def table(*results: dict | None) -> pd.DataFrame:
@@ -30,7 +32,7 @@ def table(*results: dict | None) -> pd.DataFrame:
 def dips(df: pd.DataFrame) -> pd.DataFrame:
     """Each place where aggregate tok/s falls as c grows, per (engine, k)."""
     out = []
-    for (eng, k), g in df.groupby(["engine", "k"]):
+    for (eng, k), g in decide.without_control(df).groupby(["engine", "k"]):
         g = g.sort_values("c")
         prev = None
         for r in g.itertuples():
@@ -50,26 +52,75 @@ def non_monotonic(df: pd.DataFrame) -> bool:
     return not dips(df).empty
 
 
-def verdict(df: pd.DataFrame, c: int, *, engine: str = "labkit") -> pd.DataFrame:
+def _pairs(spec, plain) -> pd.DataFrame:
+    """Per-round aggregate tok/s of an arm over the plain arm's of the same round: each round
+    ran every request through both, interleaved, so a round is the pairing unit here."""
+    a, b = list(spec.get("agg_runs") or []), list(plain.get("agg_runs") or [])
+    n = min(len(a), len(b))
+    return pd.DataFrame({"prompt": [f"round{i}" for i in range(n)], "round": range(n),
+                         "ratio": [x / y if x and y else float("nan") for x, y in zip(a[:n], b[:n])]})
+
+
+def verdict(df: pd.DataFrame, c: int, *, engine: str = "labkit", margin: float = decide.DEFAULT_MARGIN,
+            confidence: float = decide.DEFAULT_CONFIDENCE) -> pd.DataFrame:
     """The "concurrency-verdict" table: one row at the production concurrency ``c``.
 
-    The speculative arm is the best k > 0 measured at that c by ``engine``; it pays when
-    its aggregate beats plain decoding at the same c.
+    Each speculative arm's aggregate over plain's at the same c, paired by round, with its CI
+    and verdict (``analysis.decide``). The arm reported is the best of the k measured there,
+    judged at confidence 1 - alpha/S for S arms (picking the best of several arms from one
+    run is a selection; uncorrected it is a winner's curse by construction). "pays" needs
+    "wins"; "no measurable difference" keeps speculation off (the simpler option). The A/A
+    control (a second plain arm, when measured) says whether the box's noise allows a verdict.
     """
-    at = df[(df["engine"] == engine) & (df["c"] == c) & (df["k"] > 0) & df["speedup"].notna()]
-    cols = ["c", "k", "drafter", "engine", "speedup", "verdict", "other_engine_speedup"]
-    if at.empty:
-        return pd.DataFrame([{"c": c, "k": None, "drafter": None, "engine": engine, "speedup": None,
-                              "verdict": f"not measured at c={c}", "other_engine_speedup": None}], columns=cols)
-    best = at.loc[at["speedup"].astype(float).idxmax()]
+    cols = ["c", "k", "drafter", "engine", "speedup", "lo", "hi", "verdict", "decision", "arms", "aa_verdict",
+            "other_engine_speedup"]
+    d = df[(df["engine"] == engine) & (df["c"] == c)]
+    at = d[(d["k"] > 0) & (d["drafter"] != decide.AA)]
+    plain = d[(d["k"] == 0) & (d["drafter"] != decide.AA)]
+    if at.empty or plain.empty:
+        return pd.DataFrame([{"c": c, "k": None, "drafter": None, "engine": engine, "speedup": None, "lo": None,
+                              "hi": None, "verdict": f"not measured at c={c}", "decision": None, "arms": 0,
+                              "aa_verdict": None, "other_engine_speedup": None}], columns=cols)
+    p = plain.iloc[0].to_dict()
+    kw = {"margin": margin, "confidence": confidence}
+    ests = {i: decide.estimate(_pairs(r.to_dict(), p), adjust=len(at), **kw) for i, r in at.iterrows()}
+    i = max(ests, key=lambda j: ests[j].ratio or 0.0)
+    best, est = at.loc[i], ests[i]
+    aa = d[d["drafter"] == decide.AA]
+    aa_est = decide.estimate(_pairs(aa.iloc[0].to_dict(), p), **kw) if len(aa) else None
+    word = {decide.WINS: f"speculation pays at c={c}", decide.LOSES: f"loses at c={c}"}.get(
+        est.verdict, f"no measurable difference at c={c}")
     other = df[(df["engine"] != engine) & (df["c"] == c) & (df["k"] > 0) & df["speedup"].notna()]
-    pays = float(best["speedup"]) > 1.0
     return pd.DataFrame([{
         "c": int(c), "k": int(best["k"]), "drafter": best["drafter"], "engine": engine,
-        "speedup": float(best["speedup"]),
-        "verdict": f"speculation pays at c={c}" if pays else f"loses at c={c}",
+        "speedup": est.ratio, "lo": est.lo, "hi": est.hi, "verdict": word,
+        "decision": est.line(f"{best['drafter']} k={int(best['k'])} at c={c} (aggregate tok/s, best of {len(at)})"),
+        "arms": len(at), "aa_verdict": aa_est.verdict if aa_est is not None else None,
         "other_engine_speedup": float(other["speedup"].max()) if not other.empty else None,
     }], columns=cols)
+
+
+def forest(df: pd.DataFrame, *, margin: float = decide.DEFAULT_MARGIN,
+           confidence: float = decide.DEFAULT_CONFIDENCE) -> pd.DataFrame:
+    """Every arm's aggregate speedup over its own engine's plain arm at the same c, with its CI
+    and verdict; A/A controls first (the data of 07's forest figure)."""
+    out = []
+    for (eng, c), d in df.groupby(["engine", "c"], sort=True):
+        plain = d[(d["k"] == 0) & (d["drafter"] != decide.AA)]
+        if plain.empty:
+            continue
+        p = plain.iloc[0].to_dict()
+        for r in d[(d["k"] > 0) | (d["drafter"] == decide.AA)].itertuples():
+            est = decide.estimate(_pairs(r._asdict(), p), margin=margin, confidence=confidence)
+            aa = r.drafter == decide.AA
+            out.append({"label": f"{eng} A/A (plain vs plain) · c={c}" if aa else f"{eng} {r.drafter} k={r.k} · c={c}",
+                        "drafter": "A/A" if aa else r.drafter, "k": int(r.k), "workload": f"c={c}", "engine": eng,
+                        "c": int(c), "ratio": est.ratio, "lo": est.lo, "hi": est.hi, "verdict": est.verdict,
+                        "rounds": est.n_pairs, "basis": "aggregate tok/s", "confidence": est.confidence})
+    f = pd.DataFrame(out)
+    if f.empty:
+        return f
+    return f.sort_values(["drafter"], key=lambda s: s != "A/A", kind="stable").reset_index(drop=True)
 
 
 def production_cs(concurrency: Sequence[int], production: int) -> list[int]:

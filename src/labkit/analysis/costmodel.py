@@ -230,6 +230,11 @@ def diagnose(e: dict, k: int, vm: VerifyModel, plain: float, *, residency: dict 
 def predict(cells: pd.DataFrame, rows: pd.DataFrame, vm: VerifyModel, *, residency: dict | None = None) -> pd.DataFrame:
     """Predicted vs measured decode tok/s per cell, the error, and why losing cells lose.
 
+    Agreement is judged against the measurement's own uncertainty: ``inside_ci`` says whether
+    the predicted speedup (predicted tok/s over the predicted plain tok/s) lies inside the
+    cell's measured speedup CI (``speedup_lo``–``speedup_hi`` from ``cell_table``), not within
+    a fixed 10%: on a noisy box a 10% band is either too strict or meaningless.
+
     A losing cell is explained by the inequality: cost per token (D + V(k+1) + o)/(accepted + 1)
     against the plain step H + o, named in the chapter's terms by :func:`diagnose`.
     """
@@ -249,9 +254,14 @@ def predict(cells: pd.DataFrame, rows: pd.DataFrame, vm: VerifyModel, *, residen
         pred = 1e3 * e["tokens"] / e["ms"]
         per_tok = e["ms"] / e["tokens"]
         why = diagnose(e, int(c.k), vm, plain, residency=residency)
+        pred_speedup = plain / per_tok
+        lo, hi = getattr(c, "speedup_lo", None), getattr(c, "speedup_hi", None)
+        inside = bool(lo <= pred_speedup <= hi) if c.k and lo is not None and hi is not None and lo == lo else None
         out.append({"drafter": c.drafter, "workload": c.workload, "k": c.k, "temperature": c.temperature,
                     "measured_tok_s": c.tok_s, "predicted_tok_s": pred,
                     "error": pred / c.tok_s - 1 if c.tok_s else None,
+                    "pred_speedup": pred_speedup, "measured_speedup": getattr(c, "speedup_gm", None),
+                    "speedup_lo": lo, "speedup_hi": hi, "inside_ci": inside,
                     "pred_tokens_per_step": e["tokens"], "pred_D_ms": e["D_ms"], "pred_V_ms": e["V_ms"],
                     "pred_ms_per_token": per_tok, "H_ms": plain, "losing_term": why["text"] if why else None,
                     "losing_terms": ",".join(why["terms"]) if why else None})

@@ -4,16 +4,24 @@
 its noise band. Stop at the first step that loses end-to-end."
 
 A step is one draft length k for one drafter, measured against plain decoding on the
-same prompts in the same interleaved runs (``measure.sweep.k_sweep`` rows). It passes
-when all of these hold, and the protocol stops at the first step that fails any:
+same prompts in the same interleaved runs (``measure.sweep.k_sweep`` rows). Its effect is
+the geometric-mean end-to-end speedup over (prompt, round) pairs (tokens / time to last
+token: prefill, draft-model prefill and every step included, not decode-only) with its CI
+and verdict (``analysis.decide``). It passes when all of these hold, and the protocol stops
+at the first step that fails any:
 
-- **end-to-end win**: the median over warm (prompt, run) pairs of spec/plain e2e tok/s
-  (tokens / time to last token: prefill, draft-model prefill and every step included,
-  not decode-only) exceeds ``min_speedup`` (1.0: it must beat plain);
-- **no loss to the step below**: that median is not below the previous step's (stepping
-  up lost end-to-end, even if k still beats plain);
+- **end-to-end win**: the verdict against ``min_speedup`` (1.0: plain) is "wins" (the CI
+  lies above it by more than the margin). "No measurable difference" stops the protocol as
+  "no measurable gain": the simpler option (speculation off at this k) is the decision;
+- **no loss to the step below**: the CI does not lie wholly below the previous step's
+  estimate (stepping up lost end-to-end, even if k still beats plain);
 - **acceptance has not collapsed**: accepted / drafted >= ``min_acceptance``;
 - **the tool suite stays in its band** at this k (when a suite check ran).
+
+Multiple comparisons: the steps of one drafter are a fixed sequence (k is tested only after
+every smaller k passed), which keeps the family-wise error at alpha without correction; the
+drafters stepped in parallel are Bonferroni-corrected (``Thresholds.adjust``), and the
+sequential looks of each step too (``Thresholds.looks``).
 
 Every failing criterion is recorded in ``stop_reason``, so a reader sees which one
 stopped the protocol and by how much. The winner per drafter is its last passing step.
@@ -27,57 +35,140 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-STEP_COLUMNS = ["drafter", "k", "e2e_speedup", "e2e_speedup_min", "e2e_speedup_max", "decode_speedup",
-                "acceptance", "first_token_acceptance", "toolsuite_verdict", "passed", "stop_reason"]
+from labkit.analysis import decide
+
+STEP_COLUMNS = ["drafter", "k", "e2e_speedup", "e2e_lo", "e2e_hi", "verdict", "rounds", "e2e_speedup_min",
+                "e2e_speedup_max", "decode_speedup", "acceptance", "first_token_acceptance", "toolsuite_verdict",
+                "passed", "stop_reason"]
 SPILL_WARNING = ("spilled MoE experts ({label}): stepping past k=1 makes every verify stream k+1 rows through "
                  "host-resident experts; the chapter's rule: never jump to n_max=3 on spilled MoE")
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    min_speedup: float = 1.0  # median e2e speedup vs plain a step must exceed
+    min_speedup: float = 1.0  # the e2e speedup vs plain a step must beat (by more than the margin)
     min_acceptance: float = 0.4  # accepted / drafted below this is a collapse
+    margin: float = decide.DEFAULT_MARGIN
+    confidence: float = decide.DEFAULT_CONFIDENCE
+    adjust: int = 1  # drafters stepped in parallel (Bonferroni)
+    looks: int = 1  # sequential looks per step (Bonferroni spending)
 
     @classmethod
-    def from_recipe(cls, recipe) -> Thresholds:
-        return cls(min_speedup=recipe.protocol_min_speedup, min_acceptance=recipe.protocol_min_acceptance)
+    def from_recipe(cls, recipe, *, adjust: int | None = None) -> Thresholds:
+        max_runs = recipe.max_runs or recipe.runs
+        return cls(min_speedup=recipe.protocol_min_speedup, min_acceptance=recipe.protocol_min_acceptance,
+                   margin=recipe.decision_margin, confidence=recipe.decision_confidence,
+                   adjust=adjust if adjust is not None else max(1, len(recipe.drafters)),
+                   looks=max_runs - recipe.runs + 1)
+
+    def decide_kw(self) -> dict:
+        return {"margin": self.margin, "confidence": self.confidence, "adjust": self.adjust, "looks": self.looks}
 
 
 def _pos0(values) -> int:
     return int(values[0]) if values is not None and len(values) else 0
 
 
-def step_summary(rows: pd.DataFrame, drafter: str, k: int, *, temperature: float = 0.0) -> dict:
-    """End-to-end and decode speedup (median and range over warm pairs with the plain run of
-    the same prompt and run index) and acceptance of one (drafter, k) in ``rows``."""
+def step_summary(rows: pd.DataFrame, drafter: str, k: int, *, temperature: float = 0.0,
+                 th: Thresholds | None = None) -> dict:
+    """End-to-end speedup (geometric mean over warm (prompt, run) pairs with the plain run of
+    the same prompt and run index, its CI and verdict against ``th.min_speedup``), the pairs'
+    range, the decode-only speedup (labelled as such: it leaves out prefill), and acceptance."""
+    th = th or Thresholds()
     warm = rows[(~rows["cold"]) & (rows["temperature"] == temperature)]
-    base = warm[warm["k"] == 0].set_index(["prompt", "run"])
     spec = warm[(warm["drafter"] == drafter) & (warm["k"] == k)]
     if spec.empty:
         raise ValueError(f"no warm rows for {drafter} k={k} at T={temperature}")
-    e2e = [r.e2e_tok_s / base.loc[(r.prompt, r.run), "e2e_tok_s"] for r in spec.itertuples()]
-    dec = [r.decode_tok_s / base.loc[(r.prompt, r.run), "decode_tok_s"] for r in spec.itertuples()]
+    arm = {"drafter": drafter, "k": k}
+    pairs = decide.paired(warm, arm=arm, value="e2e_tok_s", temperature=temperature)
+    est = decide.estimate(pairs.assign(ratio=pairs["ratio"] / th.min_speedup), **th.decide_kw())
+    dec = decide.estimate(decide.paired(warm, arm=arm, value="decode_tok_s", temperature=temperature),
+                          **th.decide_kw())
     drafted, reach0 = spec["drafted"].sum(), sum(_pos0(v) for v in spec["drafts_reaching_pos"])
+    scale = th.min_speedup
     return {
-        "drafter": drafter, "k": int(k), "temperature": float(temperature), "pairs": len(e2e),
-        "e2e_speedup": float(np.median(e2e)), "e2e_speedup_min": float(np.min(e2e)),
-        "e2e_speedup_max": float(np.max(e2e)), "decode_speedup": float(np.median(dec)),
+        "drafter": drafter, "k": int(k), "temperature": float(temperature), "pairs": len(pairs),
+        "prompts": est.n_prompts, "rounds": int(pairs["round"].nunique()) if len(pairs) else 0,
+        "e2e_speedup": est.ratio * scale if est.ratio else None,
+        "e2e_lo": est.lo * scale if est.lo is not None else None,
+        "e2e_hi": est.hi * scale if est.hi is not None else None, "verdict": est.verdict,
+        "confidence": est.confidence, "ci_level": est.level,
+        "e2e_speedup_min": float(pairs["ratio"].min()), "e2e_speedup_max": float(pairs["ratio"].max()),
+        "decode_speedup": dec.ratio, "decode_lo": dec.lo, "decode_hi": dec.hi,
         "acceptance": float(spec["accepted"].sum() / drafted) if drafted else None,
         "first_token_acceptance": float(sum(_pos0(v) for v in spec["acc_pos"]) / reach0) if reach0 else None,
     }
+
+
+def step_line(step: dict) -> str:
+    """``'ngram n_max=1: 0.96× (95% CI 0.93–0.99), loses; acceptance 89%'`` (end-to-end)."""
+    if step.get("e2e_speedup") is None or step["e2e_speedup"] != step["e2e_speedup"]:
+        return f"{step['drafter']} n_max={step['k']}: not measured"
+    conf = step.get("confidence", decide.DEFAULT_CONFIDENCE)
+    acc = step.get("acceptance")
+    acc_s = f"; acceptance {acc:.0%}" if acc is not None and acc == acc else ""
+    return (f"{step['drafter']} n_max={step['k']}: {step['e2e_speedup']:.2f}× e2e ({conf:.0%} CI "
+            f"{step['e2e_lo']:.2f}–{step['e2e_hi']:.2f}), {step['verdict']}{acc_s}")
+
+
+def _budget_text(step: dict, th: Thresholds) -> str:
+    """Why an undecided step stopped measuring, and about how many rounds would decide it."""
+    if not step.get("budget") or step.get("e2e_lo") is None:
+        return ""
+    est = decide.Estimate(ratio=step["e2e_speedup"] / th.min_speedup, lo=step["e2e_lo"] / th.min_speedup,
+                          hi=step["e2e_hi"] / th.min_speedup, verdict=step["verdict"], confidence=th.confidence,
+                          level=th.confidence, margin=th.margin, n_prompts=step.get("prompts", 0),
+                          n_pairs=step.get("pairs", 0))
+    more = decide.rounds_to_resolve(est, int(step.get("rounds") or 1))
+    need = f"; ~{more} more rounds would resolve ±{th.margin:.0%}" if more else ""
+    return f" (at this budget: {step['budget']}{need})"
+
+
+def aa_row(rows: pd.DataFrame, *, temperature: float, th: Thresholds) -> dict | None:
+    """The A/A control's row of the protocol-steps table (plain vs plain over every step's
+    rounds); None when the rows carry no A/A arm. ``passed`` is whether it reads "no
+    measurable difference": when it does not, this box's noise decides the verdicts, and
+    the run is flagged unreliable instead of reported as a result."""
+    est = decide.aa_control(rows, temperature=temperature, margin=th.margin, confidence=th.confidence)
+    if est is None:
+        return None
+    pairs = decide.paired(rows, arm={"drafter": decide.AA, "k": 0}, temperature=temperature)
+    ok = decide.aa_reliable(est)
+    return {"drafter": decide.AA, "k": 0, "temperature": float(temperature), "pairs": est.n_pairs,
+            "prompts": est.n_prompts, "rounds": int(pairs["round"].nunique()), "e2e_speedup": est.ratio,
+            "e2e_lo": est.lo, "e2e_hi": est.hi, "verdict": est.verdict, "confidence": est.confidence,
+            "ci_level": est.level, "e2e_speedup_min": float(pairs["ratio"].min()),
+            "e2e_speedup_max": float(pairs["ratio"].max()), "decode_speedup": None, "acceptance": None,
+            "first_token_acceptance": None, "toolsuite_verdict": "n/a: the A/A control (plain vs plain)",
+            "passed": ok, "measured": True,
+            "stop_reason": "" if ok else (f"A/A control reads {est.verdict} ({est.ci_text()}): box noise; "
+                                          "this run's verdicts are unreliable")}
+
+
+def settled(step: dict, th: Thresholds) -> bool:
+    """Whether more rounds could change what the protocol does with this step: no, once its
+    verdict is decided, or once the CI rules out a win (hi <= min_speedup x (1 + margin):
+    stopping for futility never inflates the error of a "wins")."""
+    if step.get("verdict") in (decide.WINS, decide.LOSES):
+        return True
+    hi = step.get("e2e_hi")
+    return hi is not None and hi <= th.min_speedup * (1 + th.margin)
 
 
 def failures(step: dict, *, previous: dict | None, th: Thresholds) -> list[str]:
     """The timing and acceptance criteria this step fails (the suite is judged apart: it is
     only run for steps that pass these, being the dearest check)."""
     out = []
-    k, e2e = step["k"], step["e2e_speedup"]
-    if not e2e > th.min_speedup:
-        out.append(f"loses end-to-end: k={k} e2e {e2e:.2f}x (range {step['e2e_speedup_min']:.2f}-"
-                   f"{step['e2e_speedup_max']:.2f}) <= {th.min_speedup:.2f}x vs plain")
-    elif previous is not None and e2e < previous["e2e_speedup"]:
-        out.append(f"stepping up lost end-to-end: k={k} e2e {e2e:.2f}x < k={previous['k']}'s "
-                   f"{previous['e2e_speedup']:.2f}x")
+    k, verdict = step["k"], step.get("verdict")
+    line = step_line(step)
+    vs = "" if th.min_speedup == 1.0 else f" against {th.min_speedup:.2f}×"
+    if verdict == decide.LOSES:
+        out.append(f"loses end-to-end{vs}: {line}")
+    elif verdict != decide.WINS:
+        out.append(f"no measurable gain end-to-end{vs}: {line}{_budget_text(step, th)}")
+    elif previous is not None and step["e2e_hi"] < previous["e2e_speedup"]:
+        out.append(f"stepping up lost end-to-end: k={k}'s CI {step['e2e_lo']:.2f}–{step['e2e_hi']:.2f} lies below "
+                   f"k={previous['k']}'s {previous['e2e_speedup']:.2f}×")
     acc = step["acceptance"]
     if acc is None:
         out.append(f"acceptance collapse: k={k} drafted nothing")
@@ -106,6 +197,7 @@ def unmeasured_step(drafter: str, k: int, reason: str, temperature: float = 0.0)
     """The protocol-steps row of a step decided by the replay (no measured columns)."""
     nan = float("nan")
     return {"drafter": drafter, "k": int(k), "temperature": temperature, "pairs": 0, "e2e_speedup": nan,
+            "e2e_lo": nan, "e2e_hi": nan, "verdict": "not measured: decided by the replay", "rounds": 0,
             "e2e_speedup_min": nan, "e2e_speedup_max": nan, "decode_speedup": nan, "acceptance": nan,
             "first_token_acceptance": nan, "toolsuite_verdict": "not run: decided by the replay",
             "passed": False, "stop_reason": reason, "measured": False}
@@ -143,6 +235,7 @@ def winners(steps: pd.DataFrame) -> pd.DataFrame:
     if steps.empty:
         return pd.DataFrame(columns=["drafter", "k", "e2e_speedup", "stopped_at", "stop_reason"])
     rows = []
+    steps = steps[steps["drafter"] != decide.AA]
     for d, g in steps.groupby("drafter", sort=False):
         ok = g[g["passed"]].sort_values("k")
         stop = g[~g["passed"]]
@@ -159,7 +252,7 @@ def winner(steps: pd.DataFrame) -> dict:
     """The overall candidate: the drafter whose winning step is fastest end-to-end; k = 0
     (drafter None) when no drafter passed k=1."""
     w = winners(steps)
-    w = w[w["k"] > 0]
+    w = w[w["k"] > 0] if len(w) else w
     if w.empty:
         return {"drafter": None, "k": 0, "e2e_speedup": 1.0}
     top = w.loc[w["e2e_speedup"].idxmax()]

@@ -8,18 +8,25 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from labkit.analysis import decide
 
-def cell_table(df: pd.DataFrame) -> pd.DataFrame:
+
+def cell_table(df: pd.DataFrame, *, margin: float = decide.DEFAULT_MARGIN,
+               confidence: float = decide.DEFAULT_CONFIDENCE) -> pd.DataFrame:
     """Per (drafter, workload, k, temperature): median tok/s with range, speedup, acceptance.
 
-    Speedup pairs each warm speculative run with the warm plain run of the same prompt
-    and run index; its median and range are over those pairs.
+    Speedup (decode-only: prefill left out) pairs each warm speculative run with the warm
+    plain run of the same prompt and run index: its median and range over those pairs, and
+    its geometric mean with CI and verdict (``analysis.decide``; ``speedup_gm``, ``speedup_lo``,
+    ``speedup_hi``, ``verdict``). The A/A control arm is not a cell (``decide.aa_control``).
     """
-    warm = df[~df["cold"]]
+    warm = decide.without_control(df[~df["cold"]])
     base = warm[warm["k"] == 0].set_index(["prompt", "temperature", "run"])["decode_tok_s"]
     out = []
     for (drafter, wl, k, temp), g in warm.groupby(["drafter", "workload", "k", "temperature"]):
         ratios = [r.decode_tok_s / base.loc[(r.prompt, r.temperature, r.run)] for r in g.itertuples()]
+        est = decide.estimate(pd.DataFrame({"prompt": g["prompt"].to_numpy(), "round": g["run"].to_numpy(),
+                                            "ratio": ratios}), margin=margin, confidence=confidence)
         acc = g["accepted"].sum()
         drafted = g["drafted"].sum()
         steps = g["steps"].sum()
@@ -28,7 +35,8 @@ def cell_table(df: pd.DataFrame) -> pd.DataFrame:
             "tok_s": float(g["decode_tok_s"].median()), "tok_s_min": float(g["decode_tok_s"].min()),
             "tok_s_max": float(g["decode_tok_s"].max()),
             "speedup": float(np.median(ratios)), "speedup_min": float(np.min(ratios)),
-            "speedup_max": float(np.max(ratios)),
+            "speedup_max": float(np.max(ratios)), "speedup_gm": est.ratio, "speedup_lo": est.lo,
+            "speedup_hi": est.hi, "verdict": est.verdict if k > 0 else None, "prompts": est.n_prompts,
             "acceptance": float(acc / drafted) if drafted else None,
             "tokens_per_step": float(g["decode_tokens"].sum() / steps) if steps else None,
             "mean_accepted": float(acc / g["spec_steps"].sum()) if g["spec_steps"].sum() else None,
@@ -42,18 +50,37 @@ def cell_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def best_k(cells: pd.DataFrame, *, drafter: str | None = None) -> pd.DataFrame:
-    """Best k per (drafter, workload, temperature); k = 0 (disable) where nothing beats plain."""
-    rows = []
+def best_k(cells: pd.DataFrame, *, drafter: str | None = None, rows: pd.DataFrame | None = None,
+           margin: float = decide.DEFAULT_MARGIN, confidence: float = decide.DEFAULT_CONFIDENCE) -> pd.DataFrame:
+    """Best k per (drafter, workload, temperature): the k with the highest speedup, kept only
+    when its verdict is "wins"; else k = 0 (disable: the simpler option).
+
+    Picking the best of S k values from the same data is a selection, so the chosen k is
+    judged at confidence 1 - alpha/S (Bonferroni; ``verdict`` and its ``lo``/``hi``). With
+    ``rows`` (the sweep's rows) the verdict is re-estimated from the pairs; without, from the
+    cell's own speedup columns (decode-only)."""
+    out = []
     c = cells if drafter is None else cells[cells["drafter"].isin([drafter, "none"])]
     for (d, wl, temp), g in c[c["k"] > 0].groupby(["drafter", "workload", "temperature"]):
-        top = g.loc[g["speedup"].idxmax()]
-        win = top["speedup"] > 1.0
-        rows.append({"drafter": d, "workload": wl, "temperature": temp, "best_k": int(top["k"]) if win else 0,
-                     "speedup": float(top["speedup"]) if win else 1.0,
-                     "best_spec_k": int(top["k"]), "best_spec_speedup": float(top["speedup"]),
-                     "acceptance": top["acceptance"]})
-    return pd.DataFrame(rows)
+        key = "speedup_gm" if "speedup_gm" in g and g["speedup_gm"].notna().all() else "speedup"
+        top = g.loc[g[key].idxmax()]
+        est = _selected(rows, d, wl, int(top["k"]), temp, adjust=len(g), margin=margin, confidence=confidence)
+        win = est.verdict == decide.WINS if est is not None else top[key] > 1.0
+        out.append({"drafter": d, "workload": wl, "temperature": temp, "best_k": int(top["k"]) if win else 0,
+                    "speedup": float(top[key]) if win else 1.0,
+                    "best_spec_k": int(top["k"]), "best_spec_speedup": float(top[key]),
+                    "lo": est.lo if est is not None else None, "hi": est.hi if est is not None else None,
+                    "verdict": est.verdict if est is not None else None, "candidates": len(g),
+                    "acceptance": top["acceptance"]})
+    return pd.DataFrame(out)
+
+
+def _selected(rows, drafter, workload, k, temp, *, adjust, **kw):
+    if rows is None:
+        return None
+    r = rows[rows["workload"] == workload]
+    pairs = decide.paired(r, arm={"drafter": drafter, "k": k}, value="decode_tok_s", temperature=temp)
+    return decide.estimate(pairs, adjust=adjust, **kw)
 
 
 def geomean_by_k(cells: pd.DataFrame) -> pd.Series:
@@ -61,15 +88,25 @@ def geomean_by_k(cells: pd.DataFrame) -> pd.Series:
     return cells.groupby("k")["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
 
 
-def global_default(cells: pd.DataFrame) -> pd.DataFrame:
-    """One k per drafter for all workloads: the k with the best geometric-mean speedup."""
-    rows = []
+def global_default(cells: pd.DataFrame, *, rows: pd.DataFrame | None = None, margin: float = decide.DEFAULT_MARGIN,
+                   confidence: float = decide.DEFAULT_CONFIDENCE) -> pd.DataFrame:
+    """One k per drafter for all workloads: the k with the best geometric-mean speedup, kept
+    when (with ``rows``) its pooled verdict, corrected for picking the best of the k tested,
+    is "wins"; else k = 0."""
+    out = []
     for (d, temp), g in cells[cells["k"] > 0].groupby(["drafter", "temperature"]):
         gm = geomean_by_k(g)
         k = int(gm.idxmax())
-        rows.append({"drafter": d, "temperature": temp, "k": k if gm.max() > 1 else 0,
-                     "geomean_speedup": float(gm.max()), "k_tested": sorted(int(x) for x in gm.index)})
-    return pd.DataFrame(rows)
+        est = None
+        if rows is not None:
+            pairs = decide.paired(rows, arm={"drafter": d, "k": k}, value="decode_tok_s", temperature=temp)
+            est = decide.estimate(pairs, adjust=len(gm), margin=margin, confidence=confidence)
+        win = est.verdict == decide.WINS if est is not None else gm.max() > 1
+        out.append({"drafter": d, "temperature": temp, "k": k if win else 0,
+                    "geomean_speedup": float(gm.max()), "lo": est.lo if est else None,
+                    "hi": est.hi if est else None, "verdict": est.verdict if est else None,
+                    "k_tested": sorted(int(x) for x in gm.index)})
+    return pd.DataFrame(out)
 
 
 def latency_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -137,9 +174,12 @@ def cell_metrics(cells: pd.DataFrame) -> list[dict]:
     for c in cells.itertuples():
         tag = f"{c.drafter}.{c.workload}.T{c.temperature:g}"
         out.append({"name": f"tok_s/{tag}", "value": c.tok_s, "lo": c.tok_s_min, "hi": c.tok_s_max, "step": c.k})
-        out.append({"name": f"speedup/{tag}", "value": c.speedup, "lo": c.speedup_min, "hi": c.speedup_max,
+        ci = c.k > 0 and c.speedup_lo is not None and c.speedup_lo == c.speedup_lo and np.isfinite(c.speedup_hi)
+        # speedup: the geometric mean with its CI (drift compares CIs); plain's own is 1.0
+        out.append({"name": f"speedup/{tag}", "value": c.speedup_gm if ci else c.speedup,
+                    "lo": c.speedup_lo if ci else c.speedup_min, "hi": c.speedup_hi if ci else c.speedup_max,
                     "step": c.k})
-    for b in best_k(cells).itertuples():
+    for b in best_k(cells).itertuples():  # the cells' own (decode-only) verdicts
         tag = f"{b.drafter}.{b.workload}" + ("" if b.temperature == 0 else f".T{b.temperature:g}")
         out.append({"name": f"best/k/{tag}", "value": b.best_k})
         out.append({"name": f"best/speedup/{tag}", "value": b.speedup})

@@ -92,6 +92,17 @@ class Recipe:
     # tool-suite control: how many percentage points below the off runs' band an on run may
     # score and still pass (the chapter's "within the suite's ±10 noise")
     toolsuite_tolerance_pts: float = 10.0
+    # How comparisons decide (analysis/decide.py): the effect is the geometric-mean paired ratio
+    # with its CI; "wins" when the CI lies above 1 + margin, "loses" below 1 - margin, else
+    # "no measurable difference" (then the simpler option: speculation off)
+    decision_margin: float = 0.02  # the region of practical equivalence, ±2%
+    decision_confidence: float = 0.95
+    aa_control: bool = True  # a second plain arm in every comparison: plain vs plain must read no difference
+    # the measuring budget: ``runs`` warm rounds at least, then one more round at a time while a
+    # verdict is undecided, up to ``max_runs`` rounds (None: exactly ``runs``) and ``budget_s``
+    # seconds of measuring per comparison (None: no time limit)
+    max_runs: int | None = None
+    budget_s: float | None = None
     owner: str | None = None  # who signs the worksheet's keep/reject decision (or `labkit worksheet --owner`)
     # A draft length policy (decoding.policy) measured as an arm beside the fixed k: `policy: priced`
     # or `auto` in k (`k: auto`, `k: [0, 1, 2, auto]`); None: fixed k only
@@ -129,6 +140,7 @@ class Recipe:
         "prompts_per_workload", "runs", "max_tokens", "temperatures", "seed", "threads", "n_ctx", "n_gpu_layers",
         "gate", "gate_window", "gate_probe_every", "ngram_min", "ngram_max", "interleave",
         "protocol", "protocol_min_speedup", "protocol_min_acceptance", "n_cpu_moe",
+        "decision_margin", "decision_confidence", "aa_control", "max_runs", "budget_s",
     )
 
     @property
@@ -156,6 +168,22 @@ class Recipe:
             bad("drafter 'model' needs draft_model", "set draft_model to a zoo name or .gguf path, or drop 'model'")
         if self.runs < 1:
             bad(f"runs = {self.runs}", "use runs >= 1 (3 or more for ranges)")
+        if not 0 < self.decision_margin < 0.5:
+            bad(f"decision_margin = {self.decision_margin} is outside (0, 0.5)",
+                "use a fraction such as decision_margin: 0.02 (the band 0.98–1.02 counts as no difference)")
+        if not 0.5 < self.decision_confidence < 0.999:
+            bad(f"decision_confidence = {self.decision_confidence} is outside (0.5, 0.999)",
+                "use a confidence level such as decision_confidence: 0.95")
+        if self.max_runs is not None and self.max_runs < self.runs:
+            bad(f"max_runs = {self.max_runs} is below runs = {self.runs}: a budget too small for the minimum rounds",
+                f"set max_runs >= {self.runs} (e.g. {max(6, self.runs)}), or null to measure exactly runs rounds")
+        if self.budget_s is not None and self.budget_s <= 0:
+            bad(f"budget_s = {self.budget_s} leaves no time for even one round",
+                "use seconds of measuring per comparison > 0 (e.g. 600), or null for no time limit")
+        if self.protocol == "stepwise" and not self.aa_control:
+            bad("aa_control is off while protocol: stepwise is on: the protocol's verdicts would have no A/A "
+                "control to say whether this box's noise allows them",
+                "set aa_control: true (the default), or use protocol: full for figures without verdicts")
         if self.max_tokens < 1:
             bad(f"max_tokens = {self.max_tokens}", "use max_tokens >= 1")
         if not 0.0 <= self.gate <= 1.0:
@@ -256,6 +284,8 @@ def _is(t: str, v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
     if base == "str":
         return isinstance(v, str)
+    if base == "bool":
+        return isinstance(v, bool)
     return True
 
 

@@ -27,6 +27,7 @@ from contextlib import closing
 
 import numpy as np
 
+from labkit.analysis.decide import AA
 from labkit.analysis.lossless import DEFAULT_NEAR_TIE, divergence_report
 from labkit.analysis.stats import spread
 from labkit.decoding.drafters.base import Drafter
@@ -37,6 +38,7 @@ from labkit.measure import order
 from labkit.measure.verify_cost import Progress
 
 DEFAULT_C = (1, 2, 4, 8)
+AA_ARM = -1  # the A/A control's key among the (c, k) arms: a plain arm measured a second time
 
 
 def pct(values: Sequence[float], q: float) -> float | None:
@@ -161,12 +163,14 @@ def bench_concurrency(
     near_tie: float = DEFAULT_NEAR_TIE,
     check_lossless: bool = True,
     progress: Progress = None,
+    control: bool = False,
 ) -> dict:
     """Every (c, k) arm, ``runs`` interleaved rounds; returns JSON-ready results.
 
     ``n_requests`` (default: max(c), at least the number of prompts) requests go through
     each run, the same list for every c. Greedy only (temperature 0): the lossless check
-    needs it, and sampling at c > 1 adds nothing to the cost question.
+    needs it, and sampling at c > 1 adds nothing to the cost question. ``control`` adds the
+    A/A arm at every c (a second plain arm, drafter "aa", interleaved like the others).
     """
     cs, ks = sorted(set(cs)), sorted(set(ks))
     if not cs or min(cs) < 1:
@@ -186,27 +190,29 @@ def bench_concurrency(
         if progress:
             progress(f"single-stream references: {len(ref)} prompts")
     run_many(engine, reqs[: max(cs)], c=max(cs), k=0, stop_at_eog=True)  # warm-up: every slot once, not recorded
-    arms = [(c, k) for c in cs for k in ks]
+    arms = [(c, k) for c in cs for k in ks] + ([(c, AA_ARM) for c in cs] if control and 0 in ks else [])
     results: dict[tuple, list] = {a: [] for a in arms}
     lossless: dict[tuple, list] = {a: [] for a in arms}
     for r in range(runs):
         for c, k in order.arm_order(arms, r, policy=interleave, seed=seed):
-            recs = run_many(engine, reqs, c=c, k=k, make_drafter=make_drafter if k else None, seed=seed)
+            kk = 0 if k == AA_ARM else k
+            recs = run_many(engine, reqs, c=c, k=kk, make_drafter=make_drafter if kk else None, seed=seed)
             results[(c, k)].append(run_stats(recs))
             if check_lossless:
                 lossless[(c, k)].extend(_lossless(engine, reqs, recs, ref, near_tie=near_tie))
             if progress:
                 s = results[(c, k)][-1]
-                progress(f"round {r + 1}/{runs} c={c} k={k}: {s['agg_tok_s']:.1f} tok/s aggregate, "
+                progress(f"round {r + 1}/{runs} c={c} {'A/A plain' if k == AA_ARM else f'k={k}'}: "
+                         f"{s['agg_tok_s']:.1f} tok/s aggregate, "
                          f"{s['per_stream_tok_s'] or 0:.1f} per stream")
-    rows = [_row(c, k, results[(c, k)], lossless[(c, k)] if check_lossless else None, drafter_name)
-            for c, k in arms]
+    rows = [_row(c, 0 if k == AA_ARM else k, results[(c, k)], lossless[(c, k)] if check_lossless else None,
+                 AA if k == AA_ARM else drafter_name) for c, k in arms]
     base = {c: next(r for r in rows if r["c"] == c and r["k"] == min(ks)) for c in cs}
-    for row in rows:
+    for (c, k), row in zip(arms, rows, strict=True):
         b = base[row["c"]]
         row["speedup"] = row["agg_tok_s"] / b["agg_tok_s"] if min(ks) == 0 and b["agg_tok_s"] else None
         pairs = [s["agg_tok_s"] / p["agg_tok_s"] for s, p in
-                 zip(results[(row["c"], row["k"])], results[(row["c"], min(ks))], strict=True)]
+                 zip(results[(c, k)], results[(c, min(ks))], strict=True)]
         row["speedup_pairs"] = spread(pairs) if min(ks) == 0 else None
     return {
         "kind": "concurrency",
@@ -221,7 +227,8 @@ def bench_concurrency(
         "prompt_tokens": [len(p) for p in prompts],
         "rows": rows,
         "reference": {i: [t for rec in recs for t in rec.tokens] for i, recs in ref.items()},
-        "batch_steps": [{"c": c, "k": k, **s} for (c, k), res in results.items() for x in res for s in x["batch_steps"]],
+        "batch_steps": [{"c": c, "k": max(k, 0), **s} for (c, k), res in results.items() for x in res
+                        for s in x["batch_steps"]],
     }
 
 
@@ -275,8 +282,9 @@ def _row(c: int, k: int, res: list[dict], loss: list[dict] | None, drafter: str)
     steps = [s for x in res for s in x["batch_steps"]]
     dec = sum(x["stream_steps"] for x in res)
     return {
-        "c": c, "k": k, "drafter": drafter if k else "none", "engine": "labkit",
+        "c": c, "k": k, "drafter": drafter if (k or drafter == AA) else "none", "engine": "labkit",
         "agg_tok_s": agg["median"], "agg_tok_s_min": agg["min"], "agg_tok_s_max": agg["max"],
+        "agg_runs": agg["values"],
         "agg_decode_tok_s": spread([x["agg_decode_tok_s"] for x in res])["median"],
         "per_stream_tok_s": per["median"], "per_stream_tok_s_min": per["min"], "per_stream_tok_s_max": per["max"],
         "ttft_p50_ms": pct(ttft, 50), "ttft_p95_ms": pct(ttft, 95),

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from labkit.analysis import decide
 from labkit.analysis.stats import summarize
 from labkit.decoding.loop import generate
 from labkit.measure import arms, order, power
@@ -38,23 +39,27 @@ def decode_window(engine, ids, *, drafter=None, k: int = 0, max_tokens: int = 12
 
 def power_runs(engine, prompts, *, drafter, k: int, runs: int = 3, max_tokens: int = 128, seed: int = 0,
                interleave: str = order.DEFAULT_POLICY, progress: Callable | None = None,
-               on_arm: Callable | None = None, skip: dict | None = None, **measure_kw) -> pd.DataFrame:
+               on_arm: Callable | None = None, skip: dict | None = None, control: bool = False,
+               **measure_kw) -> pd.DataFrame:
     """k = 0 and k = ``k`` on the same prompts, interleaved, ``runs`` warm runs each after a warm-up.
 
     One arm is one (prompt, run, k) window, keyed ``prompt~round~drafter~k``; ``on_arm``
     and ``skip`` journal and resume them (see ``measure.arms``); a resumed call warms up
-    with one unmeasured window first."""
+    with one unmeasured window first. ``control`` adds the A/A arm (a second plain window,
+    drafter "aa"), so plain vs plain is judged like the comparison (``compare``)."""
     name = getattr(drafter, "name", "drafter")
-    schedule = [(p, r, kk) for p in prompts for r in range(runs + 1)
-                for kk in order.arm_order((0, k), r, policy=interleave, seed=seed)]
+    arm_set = [("none", 0)] + ([(decide.AA, 0)] if control else []) + [(name, k)]
+    schedule = [(p, r, a) for p in prompts for r in range(runs + 1)
+                for a in order.arm_order(arm_set, r, policy=interleave, seed=seed)]
 
-    def arm_key(p, r, kk):
-        return arms.key(p.id, f"r{r}", name if kk else "none", f"k{kk}")
+    def arm_key(p, r, a):
+        return arms.key(p.id, f"r{r}", a[0] if (a[1] or a[0] == decide.AA) else "none", f"k{a[1]}")
 
-    arms.plan(on_arm, [arm_key(p, r, kk) for p, r, kk in schedule])
+    arms.plan(on_arm, [arm_key(p, r, a) for p, r, a in schedule])
     rows, ids_of, restored_any, warmed = [], {}, False, False
-    for i, (p, r, kk) in enumerate(schedule):
-        got = arms.restored(skip, arm_key(p, r, kk))
+    for i, (p, r, a) in enumerate(schedule):
+        kk = a[1]
+        got = arms.restored(skip, arm_key(p, r, a))
         if got is not None:
             rows.append(got[0])
             restored_any = True
@@ -67,8 +72,8 @@ def power_runs(engine, prompts, *, drafter, k: int, runs: int = 3, max_tokens: i
                                 seed=seed, **measure_kw)
             recs = res.pop("_records")
             row = {"prompt": p.id, "workload": p.workload, "run": r, "warmup": r == 0, "interleave": interleave,
-                   **res}
-            rows.append(arms.finished(on_arm, arm_key(p, r, kk), row, recs))
+                   "drafter": a[0] if (kk or a[0] == decide.AA) else "none", **res}
+            rows.append(arms.finished(on_arm, arm_key(p, r, a), row, recs))
         if progress and (i + 1 == len(schedule) or schedule[i + 1][:2] != (p, r)):
             progress(f"power: {p.id} run {r}/{runs}")
     return pd.DataFrame(rows)
@@ -76,7 +81,7 @@ def power_runs(engine, prompts, *, drafter, k: int, runs: int = 3, max_tokens: i
 
 def summary(rows: pd.DataFrame) -> pd.DataFrame:
     """Per k: median and range of J/token (where measured), CPU-s/token, tok/s, mean power."""
-    warm = rows[~rows["warmup"]]
+    warm = decide.without_control(rows[~rows["warmup"]])
     out = []
     for k, g in warm.groupby("k"):
         row = {"k": int(k), "runs": len(g)}
@@ -87,6 +92,29 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
             row[f"{col}_max"] = float(v.max()) if len(v) else None
         row["energy"] = "measured" if g["energy_available"].all() else f"unavailable: {g['energy_reason'].iloc[0]}"
         out.append(row)
+    return pd.DataFrame(out)
+
+
+def compare(rows: pd.DataFrame, *, k: int, margin: float = decide.DEFAULT_MARGIN,
+            confidence: float = decide.DEFAULT_CONFIDENCE) -> pd.DataFrame:
+    """The power comparison judged like every other: per-token cost (J where a counter
+    measured it, else CPU-s) and decode tok/s of k over plain, paired by (prompt, run), with
+    CI and verdict; and the same for the A/A arm (plain vs plain) when it was measured. For a
+    cost, "loses" (ratio below 1) means speculation costs less per token."""
+    warm = rows[~rows["warmup"]].assign(cold=False, temperature=0.0)
+    metric = "j_per_token" if warm["j_per_token"].notna().all() else "cpu_s_per_token"
+    base = {"drafter": "none", "k": 0}
+    arms_ = [(decide.AA, 0)] if (warm.get("drafter") == decide.AA).any() else []
+    spec = warm[warm["k"] > 0]
+    arms_ += [(spec["drafter"].iloc[0], k)] if len(spec) else []
+    out = []
+    for d, kk in arms_:
+        for col in (metric, "decode_tok_s"):
+            est = decide.estimate(decide.paired(warm, arm={"drafter": d, "k": kk}, base=base, value=col),
+                                  margin=margin, confidence=confidence)
+            name = "A/A (plain vs plain)" if d == decide.AA else f"{d} k={kk}"
+            out.append({"arm": name, "drafter": d, "k": kk, "metric": col, "ratio": est.ratio, "lo": est.lo,
+                        "hi": est.hi, "verdict": est.verdict, "line": est.line(f"{name} {col} vs plain")})
     return pd.DataFrame(out)
 
 

@@ -7,6 +7,12 @@ step (step s holds runs s*(runs+1) ..), so the concatenated rows pair every spec
 run with its own step's plain run in ``sweep_tables.cell_table`` too, and plain cells
 pool every step's plain runs.
 
+Each step measures ``runs`` warm rounds, then adds one round at a time (all prompts,
+interleaved, plain, the A/A arm and the still-undecided drafters) while a drafter's verdict
+is not settled (``analysis.protocol.settled``) and the budget (``max_runs`` rounds,
+``budget_s`` seconds) is not spent: clear cases stop after the minimum, marginal ones get
+the rounds they need. The looks are corrected for (``Thresholds.looks``).
+
 Steps are taken at one temperature (greedy when the recipe has it: the protocol's
 decisions and the replay prediction are exact there); the winner is then measured at the
 recipe's other temperatures against plain, so the sampled cells exist for the figures.
@@ -20,6 +26,7 @@ sweep predicted before any speculative arm is measured.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 
 import pandas as pd
@@ -48,7 +55,8 @@ def stepwise(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds
              interleave: str = order.DEFAULT_POLICY, suite_check: Callable | None = None,
              residency: dict | None = None, predicted: pd.DataFrame | None = None, skip_margin: float = SKIP_MARGIN,
              warn: Callable = print, progress: Callable | None = None, on_arm: Callable | None = None,
-             skip: dict | None = None) -> dict:
+             skip: dict | None = None, max_runs: int | None = None, budget_s: float | None = None,
+             control: bool = True) -> dict:
     """Run the protocol; returns rows (every generation, ``k_sweep``'s columns plus
     ``protocol_step``), steps (the protocol-steps table), winner, winners, stopped, warnings.
 
@@ -56,7 +64,8 @@ def stepwise(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds
     pass the timing and acceptance criteria; ``residency`` (an engine's describe()
     ["residency"]) arms the spilled-experts guard. ``predicted`` (``predict``'s by_k table)
     lets the replay decide steps whose answer it already knows (``analysis.protocol.
-    predicted_failure``): they are recorded as such and not measured.
+    predicted_failure``): they are recorded as such and not measured. ``max_runs`` and
+    ``budget_s`` bound the rounds added to undecided steps; ``control`` adds the A/A arm.
     """
     temp = decision_temperature(temperatures)
     spec_ks = sorted(k for k in set(ks) if k > 0)
@@ -83,24 +92,32 @@ def stepwise(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds
         if w and w not in warnings:
             warnings.append(w)
             warn(f"WARNING: {w}")
-        rows = _measure(engine, prompts, {d: drafters[d] for d in active}, k, step_no, runs=runs,
-                        max_tokens=max_tokens, temperatures=(temp,), seed=seed, interleave=interleave,
-                        progress=progress, on_arm=on_arm, skip=skip)
+        kw = {"max_tokens": max_tokens, "temperatures": (temp,), "seed": seed, "interleave": interleave,
+              "progress": progress, "on_arm": on_arm, "skip": skip, "control": control}
+        rows, summaries = _measure_until_settled(engine, prompts, drafters, active, k, step_no, runs=runs,
+                                                 max_runs=max_runs or runs, budget_s=budget_s, th=thresholds,
+                                                 temp=temp, **kw)
         parts.append(rows)
         step_no += 1
         for d in list(active):
-            s = decide.step_summary(rows, d, k, temperature=temp)
+            s = summaries[d]
             timing_fails = decide.failures(s, previous=previous.get(d), th=thresholds)
             suite = suite_check(d, k) if (suite_check and not timing_fails) else None
             row = decide.judge(s, previous=previous.get(d), th=thresholds, suite=suite, last_k=k == spec_ks[-1])
             steps.append(row)
             if progress:
-                progress(f"protocol: {d} k={k}: e2e {s['e2e_speedup']:.2f}x, "
+                progress(f"protocol: {decide.step_line(s)} after {s['rounds']} rounds: "
                          + ("passed" if row["passed"] else f"STOP ({row['stop_reason']})"))
             if row["passed"]:
                 previous[d] = s
             else:
                 active.remove(d)
+    aa = decide.aa_row(pd.concat(parts, ignore_index=True), temperature=temp, th=thresholds) if parts else None
+    if aa is not None:
+        steps.insert(0, aa)
+        if progress:
+            progress(f"protocol: A/A control (plain vs plain): {aa['verdict']}"
+                     + ("" if aa["passed"] else f" -- {aa['stop_reason']}"))
     table = pd.DataFrame(steps)
     if table.empty:
         table = pd.DataFrame(columns=[*decide.STEP_COLUMNS, "temperature", "pairs", "measured"])
@@ -111,10 +128,11 @@ def stepwise(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds
             progress(f"protocol: winner {win['drafter']} k={win['k']} at T={others}")
         parts.append(_measure(engine, prompts, {win["drafter"]: drafters[win["drafter"]]}, win["k"], step_no,
                               runs=runs, max_tokens=max_tokens, temperatures=tuple(others), seed=seed,
-                              interleave=interleave, progress=progress, on_arm=on_arm, skip=skip))
+                              interleave=interleave, progress=progress, on_arm=on_arm, skip=skip,
+                              max_runs=max_runs or runs))
     return {"rows": pd.concat(parts, ignore_index=True), "steps": table, "winner": win,
             "winners": decide.winners(table), "stopped": decide.stopped_text(table), "warnings": warnings,
-            "temperature": temp}
+            "temperature": temp, "aa": aa, "reliable": None if aa is None else bool(aa["passed"])}
 
 
 def _pred(predicted: pd.DataFrame | None, drafter: str, k: int, temp: float) -> dict | None:
@@ -124,14 +142,41 @@ def _pred(predicted: pd.DataFrame | None, drafter: str, k: int, temp: float) -> 
     return hit.iloc[0].to_dict() if len(hit) else None
 
 
-def _measure(engine, prompts, drafters, k, step_no, *, runs, **kw) -> pd.DataFrame:
+def _measure(engine, prompts, drafters, k, step_no, *, runs, max_runs=None, first_round=None,
+             **kw) -> pd.DataFrame:
     # each step's arms are journaled under their own prefix (its plain arms repeat per step);
     # only the first step has a cold round: later steps run prompts the engine has just run
     rows = k_sweep(engine, prompts, drafters=drafters, ks=[0, k], runs=runs, key_prefix=f"step{step_no}-k{k}",
-                   cold_round=step_no == 0, **kw)
-    rows["run"] = rows["run"] + step_no * (runs + 1)
+                   cold_round=step_no == 0, first_round=first_round, **kw)
+    rows["run"] = rows["run"] + step_no * ((max_runs or runs) + 1)
     rows["protocol_step"] = k
     return rows
+
+
+def _measure_until_settled(engine, prompts, drafters, active, k, step_no, *, runs, max_runs, budget_s, th, temp,
+                           **kw) -> tuple[pd.DataFrame, dict]:
+    """The step's ``runs`` rounds, then one more round at a time for the drafters whose
+    verdict is not settled, within ``max_runs`` rounds and ``budget_s`` seconds."""
+    t0 = time.perf_counter()
+    rows = _measure(engine, prompts, {d: drafters[d] for d in active}, k, step_no, runs=runs, max_runs=max_runs,
+                    **kw)
+    r = runs
+    while True:
+        summaries = {d: decide.step_summary(rows, d, k, temperature=temp, th=th) for d in active}
+        open_ = [d for d in active if not decide.settled(summaries[d], th)]
+        spent = budget_s is not None and time.perf_counter() - t0 >= budget_s
+        if not open_ or r >= max_runs or spent:
+            for d in open_:
+                why = "time budget spent" if spent else f"{r} of max_runs={max_runs} rounds"
+                summaries[d]["budget"] = why
+            return rows, summaries
+        r += 1
+        if kw.get("progress"):
+            kw["progress"](f"protocol: k={k}: round {r} for the undecided {', '.join(open_)} "
+                           f"({', '.join(decide.step_line(summaries[d]) for d in open_)})")
+        more = _measure(engine, prompts, {d: drafters[d] for d in open_}, k, step_no, runs=r, max_runs=max_runs,
+                        first_round=r, **kw)
+        rows = pd.concat([rows, more], ignore_index=True)
 
 
 def predict(engine, prompts: list, *, drafters: dict, ks: list[int], max_tokens: int, V: Callable, H: float,

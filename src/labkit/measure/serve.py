@@ -361,7 +361,7 @@ def _row(c: int, k: int, res: list[dict], spec_type: str) -> dict:
     drafted, accepted = sum(x["drafted"] for x in res), sum(x["accepted"] for x in res)
     return {"c": c, "k": k, "drafter": spec_type if k else "none", "engine": "llama-server",
             "agg_tok_s": agg["median"], "agg_tok_s_min": agg["min"], "agg_tok_s_max": agg["max"],
-            "per_stream_tok_s": per["median"], "ttft_p50_ms": pct(ttft, 50), "ttft_p95_ms": pct(ttft, 95),
+            "agg_runs": agg["values"], "per_stream_tok_s": per["median"], "ttft_p50_ms": pct(ttft, 50), "ttft_p95_ms": pct(ttft, 95),
             "ttlt_p50_ms": pct(ttlt, 50), "ttlt_p95_ms": pct(ttlt, 95),
             "acceptance": accepted / drafted if drafted else None, "drafted": drafted, "accepted": accepted,
             "rows_per_step": None, "runs": len(res), "lossless": None,

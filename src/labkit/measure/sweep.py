@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from labkit.analysis.decide import AA
 from labkit.analysis.lossless import divergence_report
 from labkit.analysis.stats import summarize, tokens_from
 from labkit.decoding.loop import run
@@ -57,6 +58,8 @@ def k_sweep(
     on_arm: Callable | None = None,
     skip: dict | None = None,
     key_prefix: str = "",
+    control: bool = False,
+    first_round: int | None = None,
 ) -> pd.DataFrame:
     """Measure every arm on every prompt; ``prompts`` are ``workloads.Prompt`` objects.
 
@@ -67,18 +70,22 @@ def k_sweep(
     warm-up generation (the first generation after loading is cold). ``cold_round=False``
     leaves out round 0 (for a call whose prompts this engine has just run at this temperature,
     e.g. the n_max protocol's later steps): only the ``runs`` warm rounds are measured.
+    ``first_round`` measures rounds first_round..runs only (sequential measuring adds one
+    round at a time); ``control`` adds the A/A arm (drafter ``"aa"``, k 0: a second plain
+    arm, interleaved like the others, so plain vs plain is judged with the same machinery).
     """
     spec_ks = [k for k in ks if k > 0]
-    arm_set = [("none", 0)] + [(d, k) for d in drafters for k in spec_ks]
+    arm_set = [("none", 0)] + ([(AA, 0)] if control else []) + [(d, k) for d in drafters for k in spec_ks]
 
     def arm_key(p, temp, r, name, k):
         return arms.key(*([key_prefix] if key_prefix else []), p.id, f"T{temp:g}", f"r{r}", name, f"k{k}")
 
     schedule = []  # (prompt, temperature, round, round index, the round's arms in order)
-    done = 0
+    start = first_round if first_round is not None else (0 if cold_round else 1)
+    done = (start - 1) * len(prompts) * len(temperatures) if start > 1 else 0  # a fresh order per added round
     for p in prompts:
         for temp in temperatures:
-            for r in range(0 if cold_round else 1, runs + 1):
+            for r in range(start, runs + 1):
                 schedule.append((p, temp, r, order.arm_order(arm_set, done, policy=interleave, seed=seed)))
                 done += 1
     arms.plan(on_arm, [arm_key(p, t, r, n, k) for p, t, r, ordered in schedule for n, k in ordered])
@@ -124,7 +131,7 @@ def k_sweep(
 
 def _lossless(engine, ids, rows) -> None:
     """Greedy speculative output vs the plain output of the same prompt (first warm plain run)."""
-    ref = next(x for x in rows if x["k"] == 0 and not x["cold"])["_records"]
+    ref = next(x for x in rows if x["k"] == 0 and x["drafter"] == "none" and not x["cold"])["_records"]
     ref_tokens = tokens_from(ref)
     for x in rows:
         if x["k"] == 0:

@@ -1,8 +1,9 @@
 """Did a metric move between two reproductions of the same notebook and recipe?
 
-A metric moved when its change exceeds its noise band: the wider of the two runs'
-recorded ranges (``name.lo`` .. ``name.hi``), or ``rel_tol`` of the previous value where
-no range was recorded. The arithmetic is one pure function (``compare_metrics``); finding
+A metric moved when the two runs' intervals say so: both recorded one (``name.lo`` ..
+``name.hi``: the 95% CI of a speedup, the range of a tok/s over its runs) and the two do
+not overlap. Only a metric with no interval in either run falls back to ``rel_tol`` of the
+previous value, and its row says so (``basis``). The arithmetic is one pure function (``compare_metrics``); finding
 the previous run is the store's job (``compare_with_previous``).
 """
 
@@ -22,12 +23,20 @@ def compare_metrics(new: dict, old: dict, *, rel_tol: float = REL_TOL) -> tuple[
         if name.endswith((".lo", ".hi")) or name.startswith(("lab.", "lab/", "system/")) or name not in old:
             continue
         v0 = old[name]
-        width = max(old.get(f"{name}.hi", v0) - old.get(f"{name}.lo", v0),
-                    new.get(f"{name}.hi", v1) - new.get(f"{name}.lo", v1))
-        band = max(width, rel_tol * abs(v0))
-        row = {"metric": name, "previous": v0, "now": v1, "band": band,
-               "basis": "recorded range" if width > rel_tol * abs(v0) else f"{rel_tol:.0%} of previous"}
-        (moved if abs(v1 - v0) > band else same).append(row)
+        lo0, hi0 = old.get(f"{name}.lo", v0), old.get(f"{name}.hi", v0)
+        lo1, hi1 = new.get(f"{name}.lo", v1), new.get(f"{name}.hi", v1)
+        has = f"{name}.lo" in old or f"{name}.lo" in new
+        width = max(hi0 - lo0, hi1 - lo1)
+        if has:
+            out = hi1 < lo0 or lo1 > hi0
+            basis = "intervals do not overlap" if out else "intervals overlap"
+        else:
+            out = abs(v1 - v0) > rel_tol * abs(v0)
+            basis = f"no interval recorded: {rel_tol:.0%} of previous"
+        row = {"metric": name, "previous": v0, "now": v1, "band": max(width, 0.0) if has else rel_tol * abs(v0),
+               "previous_interval": [lo0, hi0] if has else None, "now_interval": [lo1, hi1] if has else None,
+               "basis": basis}
+        (moved if out else same).append(row)
     return moved, same
 
 

@@ -16,13 +16,23 @@ from labkit.report.queries import load_table, source_run
 
 
 def advise(c, recipe, *, workload: str | None = None, temperature: float = 0.0) -> dict:
-    """The recommended k per workload from the newest k sweep: a lookup, not an opinion."""
+    """The recommended k per workload from the newest k sweep: a lookup, not an opinion.
+
+    A k is recommended only when its verdict is "wins" (its CI above 1 + the recipe's margin,
+    judged at 1 - alpha/S for the S values of k it was picked from); "no measurable
+    difference" recommends the simpler option, disable. Sweeps logged before verdicts had
+    CIs (no per-generation rows) fall back to the best median above 1.0, and say so."""
     from labkit.analysis.sweep_tables import best_k, global_default
 
     run, lab_id = source_run(c, "02_k_sweep", recipe)
     cells = load_table(c, run, "sweep-cells")
     cells = cells[cells["temperature"] == temperature]
-    best = best_k(cells)
+    try:
+        rows_tbl = load_table(c, run, "sweep-runs")
+    except LabkitError:
+        rows_tbl = None
+    kw = {"margin": getattr(recipe, "decision_margin", 0.02), "confidence": getattr(recipe, "decision_confidence", 0.95)}
+    best = best_k(cells, rows=rows_tbl, **kw)
     if workload:
         best = best[best["workload"] == workload]
         if best.empty:
@@ -31,13 +41,18 @@ def advise(c, recipe, *, workload: str | None = None, temperature: float = 0.0) 
     rows = []
     for wl, g in best.groupby("workload"):
         top = g.loc[g["best_spec_speedup"].idxmax()]  # the best drafter and k tested on this workload
-        wins = top["best_spec_speedup"] > 1.0
-        rows.append({"workload": wl, "recommend": f"{top['drafter']} k={int(top['best_spec_k'])}" if wins else "disable",
+        judged = top.get("verdict") is not None and top.get("verdict") == top.get("verdict")
+        wins = top["verdict"] == "wins" if judged else top["best_spec_speedup"] > 1.0
+        name = f"{top['drafter']} k={int(top['best_spec_k'])}"
+        line = (f"{name}: {top['best_spec_speedup']:.2f}× decode-only ({kw['confidence']:.0%} CI {top['lo']:.2f}–"
+                f"{top['hi']:.2f}, best of {int(top['candidates'])} k), {top['verdict']}" if judged
+                else f"{name}: {top['best_spec_speedup']:.2f}× decode-only (median; no CI: logged before verdicts)")
+        rows.append({"workload": wl, "recommend": name if wins else "disable",
                      "drafter": top["drafter"], "k": int(top["best_spec_k"]) if wins else 0,
                      "speedup": float(top["best_spec_speedup"]) if wins else 1.0,
-                     "best_tested": f"{top['drafter']} k={int(top['best_spec_k'])}",
-                     "best_tested_speedup": float(top["best_spec_speedup"])})
-    glob = global_default(cells)
+                     "best_tested": name, "best_tested_speedup": float(top["best_spec_speedup"]),
+                     "verdict": top["verdict"] if judged else None, "line": line})
+    glob = global_default(cells, rows=rows_tbl, **kw)
     return {"recipe": recipe.name, "recipe_hash": recipe.hash, "source": lab_id, "temperature": temperature,
             "per_workload": rows, "global_default": glob.to_dict("records") if workload is None else None}
 

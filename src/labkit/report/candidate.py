@@ -35,9 +35,8 @@ def candidate(c, recipe, sweep: evidence.Sweep | None = None) -> dict:
         lost = first_loss(sw.steps)
         if lost is not None:  # no winner: judge the first step the protocol measured, so the reject is shown
             return _with_why({"drafter": lost["drafter"], "k": lost["k"], "source": src,
-                              "how": f"the stepwise protocol's first measured step, {lost['drafter']} "
-                                     f"n_max={lost['k']} ({lost['why']}), judged because the protocol found no "
-                                     f"winning n_max [{src}]"})
+                              "how": f"the protocol's first measured step ({lost['why']}), judged because the "
+                                     f"protocol found no winning n_max [{src}]"})
     if sw.cells is not None:
         best = best_default(sw.cells)
         if best is not None:
@@ -58,13 +57,14 @@ def first_loss(steps) -> dict | None:
     if steps is None or steps.empty:
         return None
     measured = steps[steps["measured"].fillna(True).astype(bool)] if "measured" in steps else steps
-    measured = measured[measured["k"] > 0]
+    measured = measured[(measured["k"] > 0) & (measured["drafter"] != "aa")]
     if measured.empty:
         return None
     at = measured[measured["k"] == measured["k"].min()]
     top = at.loc[at["e2e_speedup"].astype(float).idxmax()]
+    why = str(top.get("stop_reason") or "stopped").split(";")[0]
     return {"drafter": str(top["drafter"]), "k": int(top["k"]),
-            "why": str(top.get("stop_reason") or "stopped").split(";")[0]}
+            "why": why.split(": ")[0] if top.get("verdict") else why}  # the verdict's line is in its own cell
 
 
 def best_default(cells) -> dict | None:

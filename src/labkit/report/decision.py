@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from labkit.analysis import decide
+
 
 def _warm(rows: pd.DataFrame, drafter: str | None, k: int, temperature: float = 0.0) -> pd.DataFrame:
     r = rows[(~rows["cold"].astype(bool)) & (rows["temperature"] == temperature) & (rows["k"] == k)]
@@ -30,14 +32,16 @@ def run_tok_s(rows: pd.DataFrame, drafter: str | None, k: int) -> dict | None:
     return {"median": float(per.median()), "min": float(per.min()), "max": float(per.max()), "runs": len(per)}
 
 
-def paired_ratio(rows: pd.DataFrame, drafter: str, k: int, col: str) -> dict | None:
-    """Median and range of spec/plain ``col`` over runs paired by (prompt, run)."""
-    spec, plain = _warm(rows, drafter, k), _warm(rows, None, 0)
-    m = spec.merge(plain, on=["prompt", "run"], suffixes=("", "_plain"))
-    ratio = (m[col] / m[f"{col}_plain"]).dropna()
-    if ratio.empty:
+def paired_ratio(rows: pd.DataFrame, drafter: str, k: int, col: str, *, margin: float = decide.DEFAULT_MARGIN,
+                 confidence: float = decide.DEFAULT_CONFIDENCE) -> dict | None:
+    """spec/plain ``col`` over runs paired by (prompt, run): the geometric mean with its CI
+    and verdict (``analysis.decide``), and the pairs' range."""
+    pairs = decide.paired(rows, arm={"drafter": drafter, "k": k}, value=col)
+    if pairs.empty:
         return None
-    return {"median": float(ratio.median()), "min": float(ratio.min()), "max": float(ratio.max()), "pairs": len(ratio)}
+    est = decide.estimate(pairs, margin=margin, confidence=confidence)
+    return {"ratio": est.ratio, "lo": est.lo, "hi": est.hi, "verdict": est.verdict, "text": est.ci_text(),
+            "min": float(pairs["ratio"].min()), "max": float(pairs["ratio"].max()), "pairs": len(pairs)}
 
 
 def accept_length(rows: pd.DataFrame, drafter: str, k: int) -> dict | None:
@@ -60,17 +64,24 @@ def _pct(x) -> str:
 
 
 def steps_text(steps: pd.DataFrame | None, rows: pd.DataFrame | None, drafter: str, stopped: str | None) -> str:
-    """Every n_max tried with its acceptance, and where (and why) the protocol stopped."""
+    """Every n_max tried, one short clause each: its end-to-end verdict and acceptance (the
+    full stop reasons are in the protocol-steps table, one ``labkit show`` away)."""
     if steps is not None and not steps.empty:
         parts = []
-        for s in steps.sort_values(["drafter", "k"]).itertuples():
-            verdict = "pass" if bool(s.passed) else f"stop: {s.stop_reason}" if s.stop_reason else "fail"
-            if getattr(s, "measured", True) is False or pd.isna(s.e2e_speedup):  # decided by the replay
-                parts.append(f"{s.drafter} n_max={s.k}: not measured ({verdict})")
+        for s in steps.to_dict("records"):
+            if s["drafter"] == decide.AA:
+                parts.insert(0, f"A/A {s['verdict']}" + ("" if s.get("passed") else " (box noise!)"))
                 continue
-            parts.append(f"{s.drafter} n_max={s.k}: acceptance {_pct(s.acceptance)} (first token "
-                         f"{_pct(s.first_token_acceptance)}), end-to-end {s.e2e_speedup:.2f}× ({verdict})")
-        return "; ".join(parts) + f". Stopped: {stopped or 'no protocol.stopped tag'}"
+            if s.get("measured", True) is False or pd.isna(s.get("e2e_speedup")):  # decided by the replay
+                parts.append(f"{s['drafter']} n_max={s['k']}: not measured (replay)")
+                continue
+            if s.get("e2e_lo") is not None and pd.notna(s.get("e2e_lo")):
+                parts.append(f"{s['drafter']} n_max={s['k']}: {s['e2e_speedup']:.2f}× [{s['e2e_lo']:.2f}–"
+                             f"{s['e2e_hi']:.2f}] {_short(s['verdict'])}, acc {_pct(s['acceptance'])}")
+            else:  # logged before verdicts had CIs
+                parts.append(f"{s['drafter']} n_max={s['k']}: {s['e2e_speedup']:.2f}×, acc {_pct(s['acceptance'])}"
+                             + ("" if s.get("passed") else " (stop)"))
+        return "; ".join(parts)
     if rows is None:
         return ""
     parts = []
@@ -84,6 +95,10 @@ def steps_text(steps: pd.DataFrame | None, rows: pd.DataFrame | None, drafter: s
             if parts else "")
 
 
+def _short(verdict: str) -> str:
+    return "no diff." if verdict == decide.NO_DIFF else verdict
+
+
 def candidate_verdict(*, e2e: dict | None, decode: float | None, tool_ok: bool | None,
                       lossless: bool | None, concurrency: bool | None = None,
                       concurrency_loss: str | None = None) -> tuple[str, list[str]]:
@@ -91,11 +106,15 @@ def candidate_verdict(*, e2e: dict | None, decode: float | None, tool_ok: bool |
     at the production concurrency (``concurrency_loss``, 07's verdict in words) does not turn
     a keep into a reject on its own, since the owner weighs it, but the keep carries it."""
     why, provisional = [], []
-    gain = e2e["median"] if e2e else decode
-    if gain is None:
+    if e2e is not None and e2e.get("verdict"):
+        if e2e["verdict"] == decide.LOSES:
+            why.append(f"end-to-end {e2e['text']} loses")
+        elif e2e["verdict"] != decide.WINS:
+            why.append(f"end-to-end {e2e['text']}: no measurable difference, so the simpler option")
+    elif decode is None:
         provisional.append("no speedup measured")
-    elif gain <= 1.0:
-        why.append(f"{'end-to-end' if e2e else 'decode'} speedup {gain:.2f}× does not beat plain")
+    elif decode <= 1.0:
+        why.append(f"decode-only speedup {decode:.2f}× does not beat plain")
     if tool_ok is False:
         why.append("the tool suite falls outside its tolerance")
     elif tool_ok is None:
@@ -153,8 +172,13 @@ def dominant_term(pred: pd.DataFrame | None, drafter: str, k: int) -> str | None
     if p.empty:
         return None
     lose = p[p["losing_term"].notna()]
-    if not lose.empty:
-        return "; ".join(f"{r.workload}: {r.losing_term}" for r in lose.itertuples())
+    if not lose.empty:  # one clause for all losing workloads; the spill label once
+        terms = lose["losing_term"].str.split(" dominates").str[0].value_counts()
+        label = next((t.rsplit(" [", 1)[1].rstrip("]") for t in lose["losing_term"] if t.endswith("]")), None)
+        return (f"{terms.index[0]} dominates on {', '.join(sorted(lose['workload']))}: (D "
+                f"{lose['pred_D_ms'].median():.1f} + V {lose['pred_V_ms'].median():.1f} ms) / "
+                f"{lose['pred_tokens_per_step'].median():.2f} tokens = {lose['pred_ms_per_token'].median():.1f} "
+                f"ms/token ≥ H {lose['H_ms'].median():.1f} ms" + (f"; {label}" if label else ""))
     D, V, H = p["pred_D_ms"].median(), p["pred_V_ms"].median(), p["H_ms"].median()
     dom = "verify V(k+1)" if V - H >= D else "draft D"
     return (f"{dom} dominates the extra cost but the step wins: (D {D:.1f} + V {V:.1f} ms) / "

@@ -232,11 +232,14 @@ def plot_arch_contrast(data: pd.DataFrame, *, title: str = "verify(m): dense vs 
 @register("replay_vs_measured")
 def plot_replay_vs_measured(data: pd.DataFrame, *, title: str = "replay prediction vs measured, per k (greedy)"):
     """Per drafter: predicted e2e speedup and acceptance for every k (lines, from the replay of
-    one plain run), measured ones where the protocol ran the arm (points, min-max bars)."""
+    one plain run), measured ones where the protocol ran the arm (points, bars: the 95% CI, or
+    the pairs' min-max range for tables logged before CIs existed)."""
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.0))
     cols = ["drafter", "k", "pred_e2e_speedup", "pred_acceptance", "e2e_speedup", "e2e_speedup_min",
             "e2e_speedup_max", "acceptance"]
     d = data.reindex(columns=cols).sort_values(["drafter", "k"])
+    if "e2e_lo" in data and "e2e_hi" in data:
+        d["e2e_speedup_min"], d["e2e_speedup_max"] = data["e2e_lo"], data["e2e_hi"]
     for i, (name, g) in enumerate(d.groupby("drafter")):
         c = f"C{i}"
         m = g[g["e2e_speedup"].notna()]
@@ -330,3 +333,33 @@ def plot_speedup_vs_spill(data: pd.DataFrame, *, points: list | None = None,
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig, data
+
+
+@register("forest")
+def plot_forest(data: pd.DataFrame, *, margin: float = 0.02, title: str | None = None):
+    """Speedup with its CI per (drafter, k) × workload (and pooled), the margin band shaded,
+    the A/A control on top: what each verdict rests on, at a glance."""
+    cols = ["label", "drafter", "k", "workload", "ratio", "lo", "hi", "verdict", "basis", "confidence"]
+    d = data.reindex(columns=cols).reset_index(drop=True)
+    n = len(d)
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.28 * max(n, 1)))
+    ax.axvspan(1 - margin, 1 + margin, color="0.88", zorder=0, label=f"no difference (±{margin:.0%})")
+    ax.axvline(1.0, color="k", lw=0.8)
+    colours = {"wins": "tab:green", "loses": "tab:red", "no measurable difference": "0.45"}
+    y = np.arange(n)[::-1]
+    for yi, r in zip(y, d.itertuples()):
+        if r.ratio is None or r.ratio != r.ratio:
+            continue
+        hi = r.hi if np.isfinite(r.hi) else r.ratio
+        ax.plot([r.lo, hi], [yi, yi], color=colours.get(r.verdict, "0.45"), lw=2)
+        ax.plot(r.ratio, yi, "o", color=colours.get(r.verdict, "0.45"), ms=5)
+        ax.text(1.01, yi, f"{r.ratio:.2f}× [{r.lo:.2f}–{hi:.2f}] {r.verdict}", transform=ax.get_yaxis_transform(),
+                va="center", fontsize=7)
+    ax.set_yticks(y, d["label"].tolist(), fontsize=8)
+    basis = d["basis"].dropna().iloc[0] if d["basis"].notna().any() else "end-to-end"
+    conf = d["confidence"].dropna().iloc[0] if d["confidence"].notna().any() else 0.95
+    ax.set(xlabel=f"{basis} speedup vs plain (geometric mean, {conf:.0%} CI)")
+    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title(title or "speedup with its confidence interval; the A/A control on top")
+    fig.tight_layout()
+    return fig, d

@@ -141,10 +141,13 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
         _spread(cand_r, " tok/s") or evidence.no_data(f"no warm run of {d} n_max={k}"),
         "warm greedy runs, tokens pooled over the prompts of each run" +
         (f"; only {min(few)} warm run(s): the chapter asks for 3" if few else ""), sid)
-    e2e = decision.paired_ratio(rs, d, k, "e2e_tok_s") if rs is not None else None
-    dec = decision.paired_ratio(rs, d, k, "decode_tok_s") if rs is not None else None
-    add(ITEMS[7], "1.00×", _spread(e2e, "×", "pairs") or evidence.no_data("no paired runs"),
-        f"decode-only {_spread(dec, '×', 'pairs')}" if dec else "", sid)
+    margin = getattr(recipe, "decision_margin", 0.02)
+    conf = getattr(recipe, "decision_confidence", 0.95)
+    e2e = decision.paired_ratio(rs, d, k, "e2e_tok_s", margin=margin, confidence=conf) if rs is not None else None
+    dec = decision.paired_ratio(rs, d, k, "decode_tok_s", margin=margin, confidence=conf) if rs is not None else None
+    add(ITEMS[7], "1.00×", f"end-to-end {e2e['text']}, {e2e['verdict']}" if e2e else evidence.no_data(
+        "no paired runs"), (f"decode-only (prefill left out) {dec['text']}; {e2e['pairs']} pairs" if dec and e2e
+                            else ""), sid)
     tool_ok, tool = _toolsuite(tools, cand)
     add(ITEMS[8], tool["baseline"], tool["candidate"], tool["notes"], tools.id)
     *conc_fields, conc_loss = _concurrency(c, conc, recipe)
@@ -153,7 +156,7 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
     if rs is not None and "lossless" in rs:
         sel = decision._warm(rs, d, k)["lossless"].dropna()
         lossless = bool(sel.all()) if len(sel) else None
-    word, why = decision.candidate_verdict(e2e=e2e, decode=dec["median"] if dec else None, tool_ok=tool_ok,
+    word, why = decision.candidate_verdict(e2e=e2e, decode=dec["ratio"] if dec else None, tool_ok=tool_ok,
                                            lossless=lossless,
                                            concurrency=conc.run is not None and "lab.skipped" not in conc.run.data.tags,
                                            concurrency_loss=conc_loss)

@@ -1,0 +1,83 @@
+"""Verdicts as people read them: one line each, the A/A control's tags, the forest table.
+
+``analysis.decide`` computes; this module words and tabulates what it computed, for the
+notebooks, the run tags and the worksheet. Every line carries the basis of its number
+(end-to-end or decode-only) so two numbers for one arm never read as a contradiction.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from labkit.analysis import decide
+from labkit.analysis.protocol import step_line
+
+AA_LABEL = "A/A control (plain vs plain)"
+
+
+def steps_text(steps: pd.DataFrame) -> str:
+    """The protocol-steps table as one line per step (A/A first), with why it stopped."""
+    out = []
+    for s in steps.to_dict("records"):
+        if s["drafter"] == decide.AA:
+            est = _from_row(s)
+            out.append(f"{AA_LABEL}: {est.ci_text()} e2e, {est.verdict}"
+                       + ("" if s.get("passed") else " -- box noise: verdicts below are unreliable"))
+            continue
+        line = step_line(s)
+        out.append(line + ("" if s.get("passed") else f"  [stop: {_first_reason(s.get('stop_reason'))}]"))
+    return "\n".join(out)
+
+
+def _first_reason(reason) -> str:
+    if not reason:
+        return ""
+    r = str(reason).split("; ")[0]
+    return r.split(": ")[0] if ": " in r else r
+
+
+def _from_row(s: dict) -> decide.Estimate:
+    return decide.Estimate(ratio=s.get("e2e_speedup"), lo=s.get("e2e_lo"), hi=s.get("e2e_hi"),
+                           verdict=s.get("verdict"), confidence=s.get("confidence") or decide.DEFAULT_CONFIDENCE,
+                           level=s.get("ci_level") or decide.DEFAULT_CONFIDENCE, margin=decide.DEFAULT_MARGIN,
+                           n_prompts=int(s.get("prompts") or 0), n_pairs=int(s.get("pairs") or 0))
+
+
+def aa_tags(rows: pd.DataFrame, *, temperature: float, margin: float = decide.DEFAULT_MARGIN,
+            confidence: float = decide.DEFAULT_CONFIDENCE, prefix: str = "aa") -> dict:
+    """Run tags of the A/A control: ``aa.verdict``, ``aa.reliable`` ("true"/"false": the run's
+    verdicts are trustworthy only when plain vs plain reads no measurable difference),
+    ``aa.ci`` and ``aa.line``; empty when the rows have no A/A arm."""
+    est = decide.aa_control(rows, temperature=temperature, margin=margin, confidence=confidence)
+    if est is None:
+        return {}
+    ok = decide.aa_reliable(est)
+    return {f"{prefix}.verdict": est.verdict, f"{prefix}.reliable": str(ok).lower(),
+            f"{prefix}.ci": f"{est.ratio:.3f} [{est.lo:.3f}, {est.hi:.3f}]" if est.ratio else "",
+            f"{prefix}.line": est.line(AA_LABEL) + ("" if ok else " -- box noise: this run's verdicts are unreliable")}
+
+
+def forest_table(rows: pd.DataFrame, *, margin: float = decide.DEFAULT_MARGIN,
+                 confidence: float = decide.DEFAULT_CONFIDENCE, temperature: float = 0.0,
+                 value: str = "e2e_tok_s") -> pd.DataFrame:
+    """One row per (drafter, k) and workload (plus "all", pooled), end-to-end speedup with
+    its CI and verdict; the A/A control first. The data of the forest figure."""
+    r = rows[rows["temperature"] == temperature] if "temperature" in rows else rows
+    out = []
+    aa = decide.aa_control(r, temperature=None, margin=margin, confidence=confidence, value=value)
+    if aa is not None:
+        out.append(_forest_row("A/A", 0, "all", aa, value))
+    arms = (r[r["k"] > 0][["drafter", "k"]].drop_duplicates().sort_values(["drafter", "k"]).itertuples(index=False))
+    for d, k in arms:
+        ests = decide.compare(r, arm={"drafter": d, "k": int(k)}, value=value, temperature=None, by_workload=True,
+                              margin=margin, confidence=confidence)
+        for wl, est in ests.items():
+            out.append(_forest_row(d, int(k), wl, est, value))
+    return pd.DataFrame(out)
+
+
+def _forest_row(drafter, k, workload, est: decide.Estimate, value: str) -> dict:
+    label = "A/A (plain vs plain)" if drafter == "A/A" else f"{drafter} k={k} · {workload}"
+    return {"label": label, "drafter": drafter, "k": k, "workload": workload, "ratio": est.ratio, "lo": est.lo,
+            "hi": est.hi, "verdict": est.verdict, "prompts": est.n_prompts, "pairs": est.n_pairs,
+            "basis": "end-to-end" if value == "e2e_tok_s" else "decode-only", "confidence": est.confidence}
