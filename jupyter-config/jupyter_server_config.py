@@ -21,13 +21,17 @@ import os
 import socket
 import time
 import uuid
+import warnings
 
 from labkit.lab.gitfilter import refresh_after_save
 
 c = get_config()  # noqa: F821 (defined by Jupyter when it loads this file)
 # git reports a notebook whose size changed as modified without reading it through the
 # filter: after a save that changed only outputs, refresh its index entry (nothing is staged)
-c.FileContentsManager.post_save_hook = refresh_after_save
+c.ContentsManager.post_save_hook = refresh_after_save
+# jupytext derives its contents manager from the configured one and the config is applied to
+# it again: the same hook set twice is not worth a warning on the terminal
+warnings.filterwarnings("ignore", message=r"Overriding existing post_save_hook \(refresh_after_save\)")
 c.MappingKernelManager.default_kernel_name = "labkit"
 c.KernelManager.transport = "ipc"
 c.LabApp.news_url = None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -33,13 +34,16 @@ import time
 import traceback
 from pathlib import Path
 
-from labkit.config.recipe import Recipe, effective_recipe
+from labkit.config.recipe import Recipe, effective_recipe, resolve
 from labkit.errors import LabkitError
 from labkit.lab import notebook as nbinfo
+from labkit.lab import upstream
 from labkit.lab.ipython import _assigned_names, _display, _display_md, _ipython, _jsonable
+from labkit.lab.progress import Progress, widgets_frontend
 from labkit.paths import project_root
 from labkit.provenance import arms as arm_journal
 from labkit.provenance import fingerprint, frames, ids, resume, run_page, runtags, tracking
+from labkit.provenance.metric_keys import is_summary, summary_text
 from labkit.report import figures
 
 _SESSION: Lab | None = None
@@ -68,7 +72,11 @@ class Lab:
         if self.owns_run:
             prov = fingerprint.collect(recipe=recipe)
             tags = {**runtags.flat_tags(prov), "papermill.parameters": json.dumps(params, default=str),
-                    "lab.mode": "interactive", "lab.notebook": notebook, "lab.pid": os.getpid()}
+                    "lab.mode": "interactive", "lab.notebook": notebook, "lab.pid": os.getpid(),
+                    upstream.USER_TAG: upstream.user()}
+            session = upstream.jupyter_session()
+            if session:  # what a downstream notebook of the same JupyterLab reads (lab/upstream.py)
+                tags[upstream.SESSION_TAG] = session
             source = str(self.where.path) if self.where.path else None
             self.run_id, self.id = tracking.new_run(self.client, notebook=notebook, recipe=recipe, tags=tags,
                                                     source=source)
@@ -86,6 +94,8 @@ class Lab:
         self._book: arm_journal.ArmBook | None = None  # the arms of long measurements (see arms())
         self._engine_tags: dict = {}
         self._offline_since: float | None = None  # MLflow failed: journal only, re-probed now and then
+        # progress=lab.progress and the arm book: a live bar in JupyterLab, text lines elsewhere
+        self.progress = Progress(live=widgets_frontend(_ipython()))
         self._log_params()
         if not self.owns_run:  # whether a RUNNING run's writer is gone (see provenance.resume)
             self._mlflow(lambda: self.client.set_tag(self.run_id, "lab.kernel_pid", str(os.getpid())))
@@ -128,13 +138,17 @@ class Lab:
 
     def metric(self, name: str, value: float, *, lo: float | None = None, hi: float | None = None,
                step: int | None = None) -> float:
-        """Log a metric, with its recorded range (lo, hi) when it has one."""
+        """Log a metric, with its recorded range (lo, hi) when it has one. A one-value summary
+        (``best/…``: ``metric_keys.is_summary``) becomes a run tag, shown as a value, not a chart."""
         entry = {"name": name, "value": float(value), "lo": lo, "hi": hi, "step": step}
         self._produced.setdefault("metrics", []).append(entry)
         self._found[name] = float(value)
         if lo is not None and hi is not None:
             self._found.update({f"{name}.lo": float(lo), f"{name}.hi": float(hi)})
         self._journal({"type": "metric", **entry})
+        if is_summary(name):
+            self._mlflow(lambda: self.client.set_tag(self.run_id, name, summary_text(value)))
+            return value
 
         def log():
             self.client.log_metric(self.run_id, name, float(value), step=step or 0)
@@ -201,7 +215,8 @@ class Lab:
         after checking that the recipe, commit, model and engine build are the same."""
         if self._book is None:
             self._book = arm_journal.ArmBook(client=self.client, run_id=self.run_id, run_key=self.id.run,
-                                             journal=self._journal, mlflow=self._mlflow)
+                                             journal=self._journal, mlflow=self._mlflow,
+                                             bar=self.progress.arms if self.progress.live else None)
         skip = {}
         source = os.environ.get("LABKIT_RESUME_FROM")
         if source:
@@ -248,6 +263,7 @@ class Lab:
         error = None if err is None else f"{type(err).__name__}: {err}"
         self._log_cell(source, status=status, duration=duration, error=error, cell_id=cell_id)
         self._t0 = None
+        self.progress.cell_done()
         if self.owns_run:
             key = cell_id or _sha(source)
             self._failed.pop(key, None) if err is None else self._failed.__setitem__(key, error)
@@ -393,6 +409,13 @@ def start(namespace: dict | None = None, *, notebook: str | None = None) -> Lab:
     params = {n: ns[n] for n in dict.fromkeys(names) if n in ns and _jsonable(ns[n])}
     where = nbinfo.locate(ns, notebook)
     recipe = effective_recipe(params)
+    # MLflow's INFO lines as a new SQLite store creates its tables would be a cell's stderr box
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    interactive = not os.environ.get("LABKIT_RUN_ID")
+    c = tracking.client(check=interactive)
+    source = upstream.choose(c, notebook=where.name, recipe=recipe, interactive=interactive)
+    if source is not None and source.lab_id and not recipe.sweep:  # the run to read, recorded as `sweep`
+        recipe = resolve(recipe, {"sweep": source.lab_id}, origin=f"{upstream.__name__}: {source.why}")
     previous = None
     if _SESSION is not None:
         if ip is not None:
@@ -412,6 +435,9 @@ def start(namespace: dict | None = None, *, notebook: str | None = None) -> Lab:
     _SESSION = lab
     lines = [f"labkit run `{lab.id.cite}` · notebook `{where.name}` ({where.origin}) · recipe `{recipe.name}` "
              f"(hash `{recipe.hash}`) · MLflow `{tracking.tracking_uri()}`"]
+    if source is not None:  # first: which upstream run this notebook reads, why, and how to pick another
+        lines.insert(0, source.line(lab.client, recipe))
+        lab._mlflow(lambda: lab.client.set_tag(lab.run_id, "lab.source_rule", source.why[:5000]))
     if lab.owns_run:
         atexit.register(lab._at_exit)
         ends = "its last code cell runs" if where.code_cells else "you call `lab.finish()`"

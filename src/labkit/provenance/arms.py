@@ -72,7 +72,10 @@ class ArmBook:
     """The arms of one run, by kind: journal, MLflow, tags, progress (one per session)."""
 
     def __init__(self, *, client, run_id: str, run_key: str, journal: Callable[[dict], None],
-                 mlflow: Callable[[Callable], None], say: Callable[[str], None] | None = None):
+                 mlflow: Callable[[Callable], None], say: Callable[[str], None] | None = None,
+                 bar: Callable[[str, int, int, float | None], None] | None = None):
+        # bar(kind, done, planned, eta_s): a live progress bar (JupyterLab) instead of `say` lines
+        self._bar = bar
         self.client, self.run_id, self.run_key = client, run_id, run_key
         self._journal, self._mlflow = journal, mlflow
         self._say = say or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -164,6 +167,9 @@ class ArmBook:
         self.client.log_batch(self.run_id, metrics=metrics, tags=[RunTag(a, b) for a, b in tags.items()])
 
     def _progress(self, kind: str, done: int, planned: int, eta: float | None) -> None:
+        if self._bar is not None:
+            self._bar(kind, done, planned, eta)
+            return
         now = time.monotonic()
         if done < planned and now - self._said < SAY_EVERY_S:
             return
@@ -176,6 +182,8 @@ class ArmBook:
             k.t_first = time.perf_counter()  # the ETA counts from here
         k.planned += [x for x in keys if x not in set(k.planned)]
         self._mlflow(lambda: self._tags(kind))
+        if self._bar is not None:
+            self._bar(kind, len(k.rows), len(set(k.planned) | set(k.rows)), None)
 
     # -- the seam ------------------------------------------------------------------------
     def drift_due(self) -> list[str]:

@@ -27,6 +27,22 @@ PREFIXES = ("tok_s.", "speedup.", "rejected_share.", "toolsuite.", "costmodel.",
 
 _RANGE = (".lo", ".hi")
 
+# Sections whose keys hold one value per run, a choice rather than a series (the best k
+# per drafter and workload, and its speedup). MLflow draws every metric as a chart, and a
+# one-value metric as a one-point line; these are logged as run tags instead, which the run
+# page lists as values and the runs table can show as columns (labkit.lab's lab.metric).
+SUMMARY_SECTIONS = ("best",)
+
+
+def is_summary(key: str) -> bool:
+    """Whether ``key`` is a one-value-per-run summary, logged as a run tag, not a metric."""
+    return key.split("/", 1)[0] in SUMMARY_SECTIONS
+
+
+def summary_text(value: float) -> str:
+    """A summary value as its tag text: ``2`` for a k, ``1.0342`` for a speedup."""
+    return f"{float(value):.6g}"
+
 
 def canonical(key: str) -> str:
     """The current name of a metric key, old or new (``H_ms.lo`` -> ``verify/H_ms.lo``)."""

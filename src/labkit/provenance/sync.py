@@ -21,6 +21,7 @@ from pathlib import Path
 
 from labkit.paths import project_root
 from labkit.provenance import runtags, tracking
+from labkit.provenance.metric_keys import is_summary, summary_text
 
 
 def find_journals(paths: list[str] | None = None) -> list[Path]:
@@ -119,6 +120,9 @@ class Replay:
             self.counts["artifacts"] += 1
 
     def metric(self, rec: dict) -> None:
+        if is_summary(rec["name"]):  # logged as a run tag (provenance/metric_keys.py)
+            self._tags({rec["name"]: summary_text(rec["value"])})
+            return
         step = rec.get("step") or 0
         self._metric(rec["name"], rec["value"], step)
         if rec.get("lo") is not None and rec.get("hi") is not None:

@@ -13,6 +13,7 @@ so an ID resolves with one tag search, on a local SQLite store or an ``mlflow se
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -282,12 +283,30 @@ def log_json(c, run_id: str, obj, artifact_file: str) -> None:
     c.log_text(run_id, json.dumps(obj, indent=1, default=str, ensure_ascii=False), artifact_file)
 
 
+@contextlib.contextmanager
+def quiet_downloads():
+    """MLflow's "Downloading artifacts" progress bars off for labkit's own reads: they would
+    draw a stderr box (or a widget) into every notebook cell that reads a logged table.
+    Scoped, so a user's own ``mlflow.artifacts.download_artifacts`` keeps its bar."""
+    from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR as var
+
+    before = os.environ.get(var.name)
+    os.environ[var.name] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(var.name, None)
+        else:
+            os.environ[var.name] = before
+
+
 def read_artifact(c, run_id: str, path: str) -> str:
     """The text of one logged artifact, or a clear error when it is missing or unreadable."""
     import tempfile
 
     try:
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as d, quiet_downloads():
             return Path(c.download_artifacts(run_id, path, d)).read_text()
     except Exception as e:
         raise LabkitError(
