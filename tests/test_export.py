@@ -23,6 +23,7 @@ from labkit.provenance import reproduce as rp
 from labkit.report import export, matrix, printed, sections
 from labkit.report.figures import pdf_lab_id
 from labkit.report.queries import load_table
+from labkit.report.tableformat import tex as tex_of
 
 SWEEP = {"k": [0, 1, 2], "workloads": ["edit"], "prompts_per_workload": 1, "runs": 2, "max_tokens": 16,
          "drafters": ["ngram"], "temperatures": [0.0],
@@ -161,8 +162,9 @@ def test_export_matrix_section_as_latex_in_the_chapters_shape(book, capsys, tmp_
         "model / spill", "drafter", "baseline tok/s", r"n\_max=1", r"n\_max=2 \\"]
     sec = matrix.section(tracking.client(), "E")
     k1 = sec.data[(sec.data["drafter"] == "ngram") & (sec.data["n_max"] == 1)].iloc[0]
-    cell = (f"{k1['tok_s']:.1f} ({k1['speedup']:.2f}$\\times$)" + r"\newline " + f"@ {k1['first_token_acceptance']:.0%}"
-            ).replace("%", r"\%")
+    ratio = printed.ratio(k1["speedup"], k1.get("speedup_lo"), k1.get("speedup_hi"))  # with its CI where logged
+    cell = (tex_of(f"{printed.rate(k1['tok_s'])} ({ratio})", breaks=True) + r"\newline "
+            + tex_of(f"@ {k1['first_token_acceptance']:.0%}", breaks=True))
     assert cell in tex, cell
     label = k1["spill_label"]
     assert label.startswith("host only, 0/") and label.endswith(" layers on GPU")  # no accelerator on this box
@@ -224,16 +226,16 @@ def test_a_ratio_prints_beside_its_interval_when_the_table_has_one():
 
     df = pd.DataFrame({"arm": ["ngram"], "speedup": [0.9612], "speedup_lo": [0.931], "speedup_hi": [0.992],
                        "tok_s": [41.234]})
-    assert _readable(df).to_dict("records") == [{"arm": "ngram", "speedup": "0.96× [0.93–0.99]", "tok_s": "41.23"}]
+    assert _readable(df).to_dict("records") == [{"arm": "ngram", "speedup": "0.96×\u00a0[0.93–0.99]", "tok_s": "41.23"}]
     assert _readable(df.drop(columns=["speedup_lo", "speedup_hi"]))["speedup"].tolist() == ["0.9612"]
     est = pd.DataFrame({"e2e_ratio": [1.04], "e2e_lo": [1.01], "e2e_hi": [1.08], "e2e_verdict": ["wins"]})
     assert _readable(est).columns.tolist() == ["e2e_ratio", "e2e_verdict"]
-    assert _readable(est)["e2e_ratio"].iloc[0] == "1.04× [1.01–1.08]"
+    assert _readable(est)["e2e_ratio"].iloc[0] == "1.04×\u00a0[1.01–1.08]"
     fit = pd.DataFrame({"term": ["V"], "estimate": [2.5], "ci_low": [2.25], "ci_high": [2.75]})  # not a ratio
     assert _readable(fit)["estimate"].iloc[0] == "2.5 [2.25–2.75]"
     e = _e_frame(ci=True)
     cell = printed.chapter_e(e).rows[0][3]
-    assert cell == "36.1 (0.98× [0.93–0.99])\n@ 89%"
+    assert cell == "36.1 (0.98×\u00a0[0.93–0.99])\n@ 89%"  # a ratio never parts from its CI
     assert printed.chapter_e(_e_frame(ci=False)).rows[0][3] == "36.1 (0.98×)\n@ 89%"
 
 

@@ -80,8 +80,13 @@ def ratio(x, lo=None, hi=None) -> str:
         return NOT_MEASURED
     text = f"{x:.2f}×"
     if not _missing(lo) and not _missing(hi):
-        text += f" [{lo:.2f}–{hi:.2f}]"
+        text += f"\u00a0[{_bound(lo)}–{_bound(hi)}]"  # never broken apart
     return text
+
+
+def _bound(x: float) -> str:
+    """An interval's end: 0.93, 12, ∞ (one prompt gives an interval without bounds)."""
+    return "∞" if x == float("inf") else (f"{x:.2f}" if abs(x) < 10 else f"{x:.0f}")
 
 
 def pct(x) -> str:
@@ -140,10 +145,12 @@ def chapter_e(df: pd.DataFrame) -> Printed:
             head = first if first else ("", "")
             rows.append([head[0], d, head[1], *(_e_cell(by_k[k]) if k in by_k else NOT_MEASURED for k in ks)])
             first = None
-    legend = ("Each n_max cell: decode tok/s (speedup × vs plain decoding of the same model"
-              + (", with its confidence interval" if ci_columns(df.columns, "speedup") else "")
-              + ") @ first-token acceptance (accepted / drafts reaching position 1); "
-              + f"{NOT_MEASURED} not measured. Baseline: plain decoding (n_max=0).")
+    basis = df["speedup_basis"].dropna().iloc[0] if "speedup_basis" in df.columns and df["speedup_basis"].notna().any() \
+        else None
+    ci = " [confidence interval]" if ci_columns(df.columns, "speedup") else ""
+    legend = (f"Each n_max cell: decode tok/s (speedup × over plain decoding of the same model{ci}) @ first-token "
+              "acceptance (accepted / drafts reaching position 1); " + f"{NOT_MEASURED} not measured. "
+              + (f"Speedup: {basis}. " if basis else "") + "Baseline: plain decoding (n_max=0).")
     return Printed(columns=columns, rows=rows, numeric=[False, False] + [True] * (len(columns) - 2), notes=notes,
                    legend=legend)
 

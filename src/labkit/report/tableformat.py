@@ -101,14 +101,16 @@ _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#
         "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "×": r"$\times$", "§": r"$\S$",
         "–": "--", "—": "---", "·": r"$\cdot$", "…": r"\dots{}", "±": r"$\pm$", "≤": r"$\le$", "≥": r"$\ge$",
         "≈": r"$\approx$", "→": r"$\to$", "<": r"$<$", ">": r"$>$", "|": r"$|$", '"': "''", "µ": r"$\mu$",
-        "μ": r"$\mu$", "\n": " ", "\t": " ", "\r": " ", "\u00a0": "~"}
+        "μ": r"$\mu$", "∞": r"$\infty$", "\n": " ", "\t": " ", "\r": " ", "\u00a0": "~"}
 _BREAK = {"/", "_", "="}  # long IDs and paths may break after these in a narrow column
+CHUNK = 12  # and a run of more characters without one (a sha256) every CHUNK characters
 
 
 def tex(text, *, breaks: bool = False) -> str:
     """``text`` escaped for LaTeX (pdflatex, default fonts): specials escaped, the few
-    symbols tables use mapped, anything the default fonts cannot set spelled in ASCII."""
-    out = []
+    symbols tables use mapped, anything the default fonts cannot set spelled in ASCII.
+    ``breaks``: let a narrow column break long IDs, paths and hashes (see ``pieces``)."""
+    out, run = [], 0
     for ch in str(text):
         if ch in _TEX:
             out.append(_TEX[ch])
@@ -116,9 +118,29 @@ def tex(text, *, breaks: bool = False) -> str:
             out.append(ch)
         else:
             out.append(unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode() or "?")
-        if breaks and ch in _BREAK:
+        run = 0 if ch.isspace() else run + 1
+        if breaks and (ch in _BREAK or run >= CHUNK):
             out.append(r"\allowbreak{}")
+            run = 0
     return "".join(out)
+
+
+def pieces(text: str) -> list[str]:
+    """The pieces ``tex(text, breaks=True)`` can break ``text`` into: at spaces (not at a
+    no-break space), after ``_BREAK`` characters, after CHUNK characters without either."""
+    out, cur, run = [], "", 0
+    for ch in str(text).replace("\t", " "):
+        if ch == " ":
+            out.append(cur)
+            cur, run = "", 0
+            continue
+        cur += ch
+        run = 0 if ch.isspace() else run + 1
+        if ch in _BREAK or run >= CHUNK:
+            out.append(cur)
+            cur, run = "", 0
+    out.append(cur)
+    return [p for p in out if p]
 
 
 # How much fits, measured in em of the table's font (Computer Modern widths): a book's line
@@ -158,9 +180,8 @@ def layout(p: Printed) -> Layout:
     n = len(p.columns)
     cells = [[x for r in p.rows for x in _lines(r[i])] for i in range(n)]
     longest = [max([em(x) + 0.15 for x in col] + [1.0]) for col in cells]
-    words = [max([em(w) + 0.15 for x in col for w in x.split()] + [1.0]) for col in cells]
-    heads = [str(c).replace("_", "_ ").replace("/", "/ ").replace("=", "= ").split() for c in p.columns]
-    least = [max([em(w) for w in h] + [words[i], 1.5]) for i, h in enumerate(heads)]
+    words = [max([em(w) + 0.15 for x in col for w in pieces(x)] + [1.0]) for col in cells]
+    least = [max([em(w) + 0.3 for w in pieces(c)] + [words[i], 1.5]) for i, c in enumerate(p.columns)]
     # numbers keep their lines whole when that leaves the text columns their longest words
     whole = [max(least[i], longest[i]) if p.numeric[i] else least[i] for i in range(n)]
     for landscape in (False, True):
@@ -199,7 +220,7 @@ def _spec(p: Printed, lay: Layout) -> str:
     if lay.widths is None:
         return "".join("r" if num else "l" for num in p.numeric)
     line = dict(SIZES)[lay.size] * (LANDSCAPE if lay.landscape else 1)
-    total = max(sum(lay.widths) + GAP * len(lay.widths), line)
+    total = max(sum(lay.widths) + GAP * len(lay.widths), line) * 1.003  # rounding must not overfill the line
     return "".join(
         (r">{\raggedleft\arraybackslash}" if num else r">{\raggedright\arraybackslash}")
         + rf"p{{\dimexpr {(w + GAP) / total:.3f}\linewidth-2\tabcolsep\relax}}"
