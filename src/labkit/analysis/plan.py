@@ -92,6 +92,7 @@ def verify_terms(model: ModelProfile, machine: dict, p: Placement, rows: float) 
     on_dev_from = model.n_layer - min(p.gpu_layers, model.n_layer)
     t = dict.fromkeys(("device_read", "host_read", "host_experts", "device_experts", "compute"), 0.0)
     active = {"host": 0.0, "device": 0.0}  # parameters one row multiplies by, per side
+    dense = {"host": 0.0, "device": 0.0}  # of which outside routed experts (row-pair kernels see all rows)
     E, u = model.n_expert, model.n_expert_used
     k_distinct = distinct_experts(E, u, rows)
     for i, lay in enumerate(model.trunk):
@@ -100,6 +101,7 @@ def verify_terms(model: ModelProfile, machine: dict, p: Placement, rows: float) 
         dense_b = sum(lay.bytes[c] for c in DENSE)
         t["device_read" if dev_layer else "host_read"] += dense_b
         active[side] += sum(lay.elements[c] for c in DENSE)
+        dense[side] += sum(lay.elements[c] for c in DENSE)
         if lay.bytes["experts"] and E:
             eside = "host" if (not dev_layer or i < p.n_cpu_moe) else "device"
             t[f"{eside}_experts"] += k_distinct * lay.bytes["experts"] / E
@@ -107,6 +109,7 @@ def verify_terms(model: ModelProfile, machine: dict, p: Placement, rows: float) 
     out_dev = p.gpu_layers > model.n_layer
     t["device_read" if out_dev else "host_read"] += model.output_bytes
     active["device" if out_dev else "host"] += model.output_elements
+    dense["device" if out_dev else "host"] += model.output_elements
     for k in ("device_read", "device_experts"):
         t[k] = t[k] / (_rate(dev, "bandwidth_gbs") * 1e6) if t[k] else 0.0
     for k in ("host_read", "host_experts"):
@@ -114,9 +117,10 @@ def verify_terms(model: ModelProfile, machine: dict, p: Placement, rows: float) 
     odd = 1.0 if rows >= 3 and int(round(rows)) % 2 == 1 else 0.0
     for name, side in (("host", host), ("device", dev)):
         if active[name]:
-            per = _rate(side, "matvec_ns_per_param") + (rows - 1) * _rate(side, "row_ns_per_param") \
-                + odd * _rate(side, "odd_ns_per_param")
-            t["compute"] += active[name] * per * 1e-6
+            per = _rate(side, "matvec_ns_per_param") + (rows - 1) * _rate(side, "row_ns_per_param")
+            # an odd row count costs extra where every row meets the same weights (a routed
+            # expert sees ~rows·u/E rows, so the row-pair kernels' odd one out is not its cost)
+            t["compute"] += (active[name] * per + dense[name] * odd * _rate(side, "odd_ns_per_param")) * 1e-6
     t["overhead"] = float(machine.get("overhead_ms") or 0.0)
     t["ms"] = sum(t.values())
     t["active"] = active

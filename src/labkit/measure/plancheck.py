@@ -98,9 +98,21 @@ def sweep_check(profile: dict, prompts: list, *, runs: int = 2, max_tokens: int 
     return pd.DataFrame(cells), rows
 
 
+def with_drift(verify: pd.DataFrame, profile: dict) -> pd.DataFrame:
+    """Add how far the box moved since the probe: the calibration model's plain step now over
+    then (a shared box's load changes by the hour), and each error with that drift taken out."""
+    now = verify.loc[verify["in_sample"] & (verify["m"] == 1), "measured_ms"]
+    then = (profile.get("calibration") or {}).get("H_ms")
+    drift = float(now.iloc[0] / then) if len(now) and then else 1.0
+    return verify.assign(drift=drift, error_drift_removed=verify["predicted_ms"] * drift / verify["measured_ms"] - 1)
+
+
 def residual(verify: pd.DataFrame, cells: pd.DataFrame | None) -> dict:
     """The errors as the profile keeps them: median |error| overall, out of sample, per model."""
+    oos = verify.loc[~verify["in_sample"]]
     out = {"checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "drift": float(verify["drift"].iloc[0]),
+           "verify_median_abs_error_drift_removed_out_of_sample": float(oos["error_drift_removed"].abs().median()),
            "models": int(verify["model"].nunique()),
            "verify_median_abs_error": float(verify["error"].abs().median()),
            "verify_median_abs_error_out_of_sample": float(verify.loc[~verify["in_sample"], "error"].abs().median()),
@@ -115,8 +127,9 @@ def run_check(profile: dict, *, prompts: list | None = None, rounds: int = 8, th
               progress: Progress = None) -> dict:
     """The whole check; ``prompts`` (one per SWEEP_WORKLOADS entry, say) for the k = 1..3 cells, None: none."""
     names = [EMBEDDED, "synthetic-dense", "synthetic-dense-x2", "synthetic-moe", "synthetic-moe-x2"]
+    threads = threads or profile.get("threads")  # the thread count the profile was measured at
     t0 = time.perf_counter()
-    v = verify_check(profile, names=names, rounds=rounds, threads=threads, progress=progress)
+    v = with_drift(verify_check(profile, names=names, rounds=rounds, threads=threads, progress=progress), profile)
     cells, rows = sweep_check(profile, prompts, threads=threads, progress=progress) if prompts else (None, None)
     return {"verify": v, "cells": cells, "sweep_rows": rows, "residual": residual(v, cells),
             "seconds": round(time.perf_counter() - t0, 1), "rounds": rounds,
@@ -131,7 +144,9 @@ def summary_lines(res: dict) -> list[str]:
         tag = " (calibration model, in sample)" if g["in_sample"].iloc[0] else " (SYNTHETIC)"
         lines.append(f"  {m:<22} m=1..8: {errs}   median |error| {np.median(g['error'].abs()):.0%}{tag}")
     lines.append(f"  all models: median |error| {r['verify_median_abs_error']:.1%} "
-                 f"(out of sample {r['verify_median_abs_error_out_of_sample']:.1%})")
+                 f"(out of sample {r['verify_median_abs_error_out_of_sample']:.1%}); the box moved "
+                 f"{r['drift']:.2f}× since the probe (the calibration model's plain step); with that taken out, "
+                 f"out of sample {r['verify_median_abs_error_drift_removed_out_of_sample']:.1%}")
     if res.get("cells") is not None:
         for c in res["cells"].itertuples():
             lines.append(f"  {c.line}; predicted {c.predicted_speedup:.2f}× (error {c.error:+.1%})")
