@@ -48,7 +48,7 @@ def install(repo: str | Path, *, python: str | None = None) -> bool:
 
 
 def refresh_after_save(model=None, os_path: str = "", contents_manager=None, **kwargs) -> None:
-    """``FileContentsManager.post_save_hook`` (jupyter-config/): after a save that changed only
+    """``ContentsManager.post_save_hook`` (jupyter-config/): after a save that changed only
     what the filter drops (outputs), refresh the file's index entry so ``git status`` reads
     clean. Git reports any file whose size changed as modified without running the clean
     filter; ``git add`` of a file whose filtered content is already the index's stages
