@@ -101,3 +101,107 @@ def wait_for_row(driver, key: str, *, timeout: float = 30.0) -> str:
                          ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)).until(
         lambda d: d.find_element(By.XPATH, xpath).text,
         message=f"no row for {key!r} within {timeout} s on {driver.current_url}")
+
+
+# -- JupyterLab, driven through its own menus -------------------------------------------------
+def _wait(driver, fn, *, timeout: float, message: str):
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.25,
+                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)).until(
+        fn, message=message)
+
+
+def jupyterlab_menu(driver, menu: str, item: str, *, timeout: float = 60.0) -> None:
+    """Click ``menu`` in JupyterLab's menu bar, then the entry whose label starts with ``item``
+    (labels may end with "…")."""
+    from selenium.webdriver.common.by import By
+
+    top = _wait(driver, lambda d: [e for e in d.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel")
+                                   if e.text == menu], timeout=timeout, message=f"no menu {menu!r}")
+    top[0].click()
+    entry = _wait(driver, lambda d: [e for e in d.find_elements(By.CSS_SELECTOR, ".lm-Menu-itemLabel")
+                                     if e.is_displayed() and e.text.startswith(item)],
+                  timeout=timeout, message=f"no entry {item!r} in the {menu} menu")
+    entry[0].click()
+
+
+def jupyterlab_accept_dialog(driver, *, timeout: float = 60.0) -> None:
+    """Press the accept button of the dialog JupyterLab shows (e.g. "Shut Down")."""
+    from selenium.webdriver.common.by import By
+
+    button = _wait(driver, lambda d: [e for e in d.find_elements(By.CSS_SELECTOR, ".jp-Dialog-button.jp-mod-accept")
+                                      if e.is_displayed()], timeout=timeout, message="no dialog to accept")
+    button[0].click()
+
+
+def _active_notebook(driver):
+    from selenium.webdriver.common.by import By
+
+    panels = [p for p in driver.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel") if p.is_displayed()]
+    assert panels, "no notebook is shown"
+    return panels[0]
+
+
+def jupyterlab_replace_cell(driver, starts_with: str, lines: list[str], *, timeout: float = 60.0) -> None:
+    """Type ``lines`` over the whole text of the first code cell whose text starts with
+    ``starts_with``, as a user does: click into its editor, select all, type."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    def editor(d):
+        for cell in _active_notebook(d).find_elements(By.CSS_SELECTOR, ".jp-CodeCell"):
+            ed = cell.find_elements(By.CSS_SELECTOR, ".cm-content")
+            if ed and ed[0].text.startswith(starts_with):
+                return ed[0]
+        return None
+
+    ed = _wait(driver, editor, timeout=timeout, message=f"no code cell starting {starts_with!r}")
+    ed.click()
+    ed.send_keys(Keys.CONTROL, "a")
+    ed.send_keys(Keys.DELETE)
+    for i, line in enumerate(lines):  # line by line: the editor keeps no indentation for these
+        ed.send_keys(line + (Keys.ENTER if i < len(lines) - 1 else ""))
+    want = "\n".join(lines)
+    _wait(driver, lambda d: editor_text(ed) == want, timeout=timeout,
+          message=f"the cell did not read as typed: {editor_text(ed)!r}")
+    ed.send_keys(Keys.ESCAPE)  # command mode: the menus act on the notebook
+
+
+def editor_text(ed) -> str:
+    from selenium.webdriver.common.by import By
+
+    return "\n".join(line.text for line in ed.find_elements(By.CSS_SELECTOR, ".cm-line"))
+
+
+def jupyterlab_first_output(driver, *, timeout: float = 60.0) -> str:
+    """The first line of the first output of the notebook shown."""
+    from selenium.webdriver.common.by import By
+
+    out = _wait(driver, lambda d: [e for e in _active_notebook(d).find_elements(By.CSS_SELECTOR,
+                                                                                 ".jp-OutputArea-output")
+                                   if e.text.strip()], timeout=timeout, message="the notebook shows no output")
+    return out[0].text.strip().splitlines()[0]
+
+
+def jupyterlab_output_images(driver, *, timeout: float = 60.0) -> int:
+    """How many images the shown notebook's outputs draw (loaded, not broken); waits for one."""
+    from selenium.webdriver.common.by import By
+
+    def count(d):
+        imgs = _active_notebook(d).find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output img")
+        n = sum(1 for i in imgs if d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 100", i))
+        return n or None
+
+    return _wait(driver, count, timeout=timeout, message="the notebook's outputs draw no image")
+
+
+def wait_for_link(driver, text: str, *, timeout: float = 30.0):
+    """The first visible link (``<a>``) whose text is exactly ``text``."""
+    from selenium.webdriver.common.by import By
+
+    found = _wait(driver, lambda d: [e for e in d.find_elements(By.TAG_NAME, "a")
+                                     if e.is_displayed() and e.text.strip() == text],
+                  timeout=timeout, message=f"no link {text!r} on {driver.current_url}")
+    return found[0]

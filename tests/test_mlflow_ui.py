@@ -1,11 +1,14 @@
 """The MLflow UI as a user reads it, in headless Chromium (Debian's chromium and
 chromium-driver under selenium; nothing downloads a browser).
 
-A store holds two small reproductions of 01_cost_fit; a real ``mlflow server`` serves
-it on 127.0.0.1. The experiment opens on its runs (not MLflow 3's GenAI view), the runs
-are told apart by their LAB IDs, a run page shows plain-string effective params, its
+A store holds two small reproductions of 01_cost_fit; ``labkit ui`` serves it on
+127.0.0.1 as a user starts it. From the link it prints, in a fresh browser, clicking each
+experiment labkit created lands on its runs table and a run opens in "Model training"
+mode, with the MLflow Assistant closed (judged by what the page shows, not the URL). The
+runs are told apart by their LAB IDs, a run page shows plain-string effective params, its
 description and metric charts grouped by section, a figure and a table render in the
-artifact viewer, and the compare view lines the two runs up.
+artifact viewer, and the compare view lines the two runs up. SIGTERM to ``labkit ui``
+(as a service manager sends) stops every process of its server.
 
 Set ``UI_SCREENSHOTS=/some/dir`` to keep screenshots of each page.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +29,7 @@ from pathlib import Path
 import pytest
 
 import browser
+import procs
 import servers
 from labkit.provenance import reproduce as rp
 from labkit.provenance import tracking
@@ -50,22 +55,79 @@ def runs(store):
     return {"exp": children[0].info.experiment_id, "runs": children, "ids": [r.data.tags["lab.id"] for r in children]}
 
 
+class Ui(str):
+    """The base URL of a running ``labkit ui`` (a str, as the tests use it), its process and log."""
+
+    proc: subprocess.Popen
+    log: Path
+
+
 @pytest.fixture(scope="module")
 def ui(store, runs, tmp_path_factory):
-    """``mlflow server`` on the store, on a free 127.0.0.1 port; always stopped."""
+    """``labkit ui`` on the store, on a free 127.0.0.1 port, as a user runs it; always stopped."""
     port = servers.free_port()
     log_path = tmp_path_factory.mktemp("mlflow-ui") / "server.log"
     log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                             tracking.tracking_uri(), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+    proc = subprocess.Popen([sys.executable, "-m", "labkit.cli", "ui", "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    base = Ui(f"http://127.0.0.1:{port}")
+    base.proc, base.log = proc, log_path
     try:
-        servers.wait_for_http(f"{base}/health", proc, timeout=STARTUP_S, what="mlflow server", log=log_path)
+        servers.wait_for_http(f"{base}/health", proc, timeout=STARTUP_S, what="labkit ui", log=log_path)
         yield base
     finally:
         servers.stop(proc)
         log.close()
+
+
+def _printed_link(ui: Ui) -> str:
+    m = re.search(r"MLflow UI on (http://127\.0\.0\.1:\d+/\S*)", ui.log.read_text())
+    assert m, ui.log.read_text()[-2000:]
+    return m.group(1)
+
+
+# What the page shows in MLflow 3.17.2's "Model training" mode and not in its GenAI mode
+# (the sidebar's model registry link; the run page's metric tabs), and the reverse.
+TRAINING_MARKS = ("Model registry",)
+GENAI_MARKS = ("Observability", "Evaluation", "Detect Issues", "MLflow Assistant")
+
+
+def _assert_training_mode(body: str, where: str) -> None:
+    assert all(m in body for m in TRAINING_MARKS), (where, body[:600])
+    assert not [m for m in GENAI_MARKS if m in body], (where, [m for m in GENAI_MARKS if m in body])
+
+
+def test_from_the_printed_link_every_experiment_opens_on_its_runs_in_model_training(ui, runs):
+    """A fresh browser (nothing in its localStorage), as a new user meets `labkit ui`."""
+    c = tracking.client()
+    exps = [e for e in c.search_experiments() if e.name != "Default"]
+    assert {"01_cost_fit"} <= {e.name for e in exps}
+    link = _printed_link(ui)
+    assert link.startswith(ui)
+    with browser.chromium(page_load_timeout=PAGE_S) as page:
+        for exp in exps:
+            _open(page, link, exp.name)
+            if exp is exps[0]:
+                _shot(page, "mlflow-experiments")
+            target = browser.wait_for_link(page, exp.name, timeout=PAGE_S)
+            target.click()  # as a user does: the list's link carries no workflowType
+            names = [r.info.run_name for r in c.search_runs([exp.experiment_id])]
+            assert names, exp.name
+            for n in names:
+                browser.wait_for_text(page, n, timeout=PAGE_S)
+            body = page.find_element("tag name", "body").text
+            assert "Run Name" in body and "matching run" in body, body[:600]  # the runs table
+            _assert_training_mode(body, f"experiment {exp.name}")
+            if exp.name == "01_cost_fit":
+                _shot(page, "mlflow-runs")
+            browser.wait_for_link(page, names[0], timeout=PAGE_S).click()
+            browser.wait_for_text(page, "Model metrics", timeout=PAGE_S)
+            browser.wait_for_text(page, "Parameters", timeout=PAGE_S)
+            body = page.find_element("tag name", "body").text
+            assert "System metrics" in body and "Artifacts" in body, body[:600]
+            _assert_training_mode(body, f"a run of {exp.name}")
+            if exp.name == "01_cost_fit":
+                _shot(page, "mlflow-run-page")
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +245,15 @@ def test_each_reproduction_is_a_parent_of_its_notebook_run(runs):
         assert run.data.tags["mlflow.source.git.commit"] == run.data.tags["git.commit"]
         assert any(k.startswith("system/cpu") for k in run.data.metrics)
         assert "notebook/01_cost_fit.html" in [a.path for a in c.list_artifacts(run.info.run_id, "notebook")]
+
+
+def test_sigterm_stops_labkit_ui_and_its_server_processes(ui):
+    """Last in this module: it stops the module's `labkit ui`, as a service manager would."""
+    below = procs.descendants(ui.proc.pid)
+    assert below, "labkit ui runs its server as child processes"
+    ui.proc.send_signal(signal.SIGTERM)
+    assert ui.proc.wait(timeout=120) == 0
+    assert procs.wait_gone(below, 60) == [], [procs.cmdline(p) for p in below if procs.alive(p)]
+    assert "stopped (SIGTERM)" in ui.log.read_text()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{ui}/health", timeout=5)
