@@ -46,6 +46,7 @@ from labkit.analysis import protocol as decide
 from labkit.config import runtime
 from labkit.measure import protocol as measure_protocol
 from labkit.measure import sweep, verify_cost
+from labkit.provenance import tracking
 from labkit.suites import stepcheck
 from labkit.suites.workloads import prompts_for
 
@@ -94,8 +95,7 @@ else:
 lab.table("sweep-runs", rows, display=False)
 aa = verdicts.aa_tags(rows, temperature=measure_protocol.decision_temperature(R.temperatures),
                       margin=R.decision_margin, confidence=R.decision_confidence)
-for tag, value in aa.items():
-    lab.client.set_tag(lab.run_id, tag, value)
+tracking.set_tags(lab.client, lab.run_id, aa)
 print(f"A/A control (plain vs plain): {aa.get('aa.line', 'not measured (aa_control: false)')}")
 
 # %%

@@ -37,6 +37,7 @@ runs = 1
 from labkit import lab as labkit_lab
 from labkit.analysis import batchcost, costmodel
 from labkit.analysis import concurrency as ctable
+from labkit.analysis import decide
 from labkit.config import runtime
 from labkit.measure import concurrency as conc
 from labkit.measure import serve
@@ -79,7 +80,7 @@ if not skip:
 if not skip:
     df = lab.table("concurrency", ctable.table(res, sres), noise={"agg_tok_s": ["agg_tok_s_min", "agg_tok_s_max"],
                                                                    "key": ["engine", "c", "k"]})
-    lab.figure("tok_s_vs_c", df, name="tok-s-vs-c", title=f"{workload}: throughput vs concurrency")
+    lab.figure("tok_s_vs_c", decide.without_control(df), name="tok-s-vs-c", title=f"{workload}: throughput vs concurrency")
     dips = lab.table("concurrency-dips", ctable.dips(df))
     lab.client.set_tag(lab.run_id, "concurrency.non_monotonic", str(not dips.empty))
 

@@ -384,8 +384,9 @@ def test_a_drafter_the_replay_rules_out_is_never_measured(engine, edit_prompt):
     steps = res["steps"].set_index("drafter")
     assert not steps.loc["lookup1", "measured"] and "predicted by replay" in steps.loc["lookup1", "stop_reason"]
     assert steps.loc["ngram", "measured"]
-    assert set(res["rows"]["drafter"]) == {"none", "ngram"}  # the ruled-out drafter never ran
-    # alone, it is measured anyway: the first step always has a measured arm
+    assert set(res["rows"]["drafter"]) == {"none", "aa", "ngram"}  # the ruled-out drafter never ran
+    # alone, it is measured anyway: the first step always has a measured arm (beside the A/A row)
     alone = mp.stepwise(engine, edit_prompt, drafters={"lookup1": NgramDrafter(n_min=1)}, ks=[0, 1], thresholds=TH,
-                        runs=1, max_tokens=8, predicted=predicted)
+                        runs=1, max_tokens=8, predicted=predicted, control=False)
     assert list(alone["steps"]["measured"]) == [True] and "lookup1" in set(alone["rows"]["drafter"])
+    assert alone["aa"] is None and alone["reliable"] is None

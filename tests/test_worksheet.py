@@ -240,10 +240,16 @@ def test_widen_is_not_said_when_the_protocol_stopped_on_a_loss():
 
 
 def test_candidate_keep_or_reject():
-    win = {"median": 1.2, "min": 1.1, "max": 1.3, "pairs": 3}
+    win = {"ratio": 1.2, "lo": 1.1, "hi": 1.3, "verdict": "wins", "text": "1.20× (95% CI 1.10–1.30)", "pairs": 30}
     assert decision.candidate_verdict(e2e=win, decode=1.3, tool_ok=True, lossless=True) == ("keep", [])
-    word, why = decision.candidate_verdict(e2e={**win, "median": 0.97}, decode=1.3, tool_ok=True, lossless=True)
-    assert word == "reject" and "end-to-end speedup 0.97×" in why[0]
+    lose = {**win, "ratio": 0.97, "lo": 0.95, "hi": 0.99, "verdict": "loses", "text": "0.97× (95% CI 0.95–0.99)"}
+    word, why = decision.candidate_verdict(e2e=lose, decode=1.3, tool_ok=True, lossless=True)
+    assert word == "reject" and why[0] == "end-to-end 0.97× (95% CI 0.95–0.99) loses"
+    # no measurable difference is a result, and the decision is the simpler option
+    tie = {**win, "ratio": 1.01, "lo": 0.97, "hi": 1.05, "verdict": "no measurable difference",
+           "text": "1.01× (95% CI 0.97–1.05)"}
+    word, why = decision.candidate_verdict(e2e=tie, decode=1.3, tool_ok=True, lossless=True)
+    assert word == "reject" and "no measurable difference, so the simpler option" in why[0]
     assert decision.candidate_verdict(e2e=win, decode=1.3, tool_ok=False, lossless=True)[0] == "reject"
     assert decision.candidate_verdict(e2e=win, decode=1.3, tool_ok=True, lossless=False)[0] == "reject"
     word, why = decision.candidate_verdict(e2e=win, decode=1.3, tool_ok=None, lossless=True)

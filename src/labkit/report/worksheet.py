@@ -262,7 +262,7 @@ def concurrency_fields(table: pd.DataFrame, verdict: pd.DataFrame | None, want: 
     from labkit.report import evidence
 
     at = want if want is not None and (table["c"] == want).any() else int(table["c"].max())
-    g = table[table["c"] == at]
+    g = table[(table["c"] == at) & (table["drafter"] != "aa")]  # the A/A control is not an arm
     base, cand = [], []
     for engine in dict.fromkeys(g["engine"]):
         e = g[g["engine"] == engine]
