@@ -64,7 +64,7 @@ def test_plan_refuses_another_hosts_profile_unless_named(profiles, capsys, embed
 
     monkeypatch.setattr(plan_cmd, "_host_build", lambda: (HOST, BUILD))
     machine.save(_profile(OTHER))
-    argv = ["plan", "--model", str(embedded.path), "--acceptance", "0.8,0.6"]
+    argv = ["plan", "--model", str(embedded.path), "--acceptance", "0.8,0.6", "--n-max", "0..2"]
     assert cli.main(argv) == 2
     assert "other hosts" in capsys.readouterr().err
     assert cli.main([*argv, "--profile", "box-b"]) == 0
@@ -77,7 +77,7 @@ def probed():
     from labkit.engines.llamacpp import build_info
     from labkit.provenance.fingerprint import host_info
 
-    return machine.probe(host=host_info(), build=build_info(), threads=2, rounds=3, gib=0.25)
+    return machine.probe(host=host_info(), build=build_info(), threads=1, rounds=4, gib=0.25)
 
 
 def test_probe_measures_this_host_and_predicts_its_own_calibration_model(probed, embedded):

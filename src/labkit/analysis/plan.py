@@ -8,8 +8,9 @@ One verify of R rows (c streams × m rows each) costs
          + routed experts: E·(1 − (1 − u/E)^R) distinct experts per MoE layer, each read once,
            at the bandwidth of the side it lives on (the coupon collector: the expert term
            grows with rows exactly where the chapter says: on spill-bound MoE layers)
-         + compute: active parameters per row × (t1 for the first row + t_row per further
-           row + t_odd when R is odd and ≥ 3, the CPU's row-pair kernels)
+         + compute: active parameters per row × (t1 for the first row, + t_batch once R ≥ 2 (a
+           batch runs other kernels than a one-row product), + t_row per further row), + t_odd
+           × the weights every row meets when R is odd and ≥ 3 (the CPU's row-pair kernels)
 
 and a step at draft length k yields 1 + Σ_{i≤k} p_i tokens, p_i the probability that draft
 position i is accepted (non-increasing in i). Plain decoding is V(1) per token. Everything
@@ -118,6 +119,8 @@ def verify_terms(model: ModelProfile, machine: dict, p: Placement, rows: float) 
     for name, side in (("host", host), ("device", dev)):
         if active[name]:
             per = _rate(side, "matvec_ns_per_param") + (rows - 1) * _rate(side, "row_ns_per_param")
+            if rows >= 2:  # a batch is another kernel than the one-row product: its own step
+                per += _rate(side, "batch_ns_per_param")
             # an odd row count costs extra where every row meets the same weights (a routed
             # expert sees ~rows·u/E rows, so the row-pair kernels' odd one out is not its cost)
             t["compute"] += (active[name] * per + dense[name] * odd * _rate(side, "odd_ns_per_param")) * 1e-6

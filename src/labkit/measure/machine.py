@@ -7,8 +7,9 @@
 - the engine's fixed per-step overhead: the plain step of a tiny SYNTHETIC model (a few
   hundred kB of weights), where graph building and thread sync are all there is to time.
 - compute: verify(m) for m = 1..8 on the embedded model (``verify_cost.bench_verify``),
-  turned into ns per parameter for the first row (what the one-row step costs beyond reading
-  its bytes), per further row, and the extra of an odd row count (row-pair kernels).
+  turned into ns per parameter: the first row (what the one-row step costs beyond reading its
+  bytes), the step from one row to a batch, each further row, and the extra of an odd row
+  count (row-pair kernels).
 
 The profile is cached per host and engine build (``$LABKIT_CACHE/machine/``); a plan on this
 host finds it there. A profile from another host is used only when named (``--profile``).
@@ -107,7 +108,10 @@ def calibrate(res: dict, prof, *, bandwidth_gbs: float, overhead_ms: float) -> d
     act = active_params(prof)
     read_ms = act["bytes"] / (bandwidth_gbs * 1e6)
     first = max(0.0, vm.H - overhead_ms - read_ms)
+    # verify(m >= 2) = a + b*m measured; H + (m-1)*b priced: the difference is the batch step
+    batch = vm.fit.a + vm.fit.b - vm.H
     return {"matvec_ns_per_param": first / act["params"] * 1e6, "row_ns_per_param": vm.fit.b / act["params"] * 1e6,
+            "batch_ns_per_param": batch / act["params"] * 1e6,
             "odd_ns_per_param": (vm.fit.parity or 0.0) / act["params"] * 1e6, "H_ms": vm.H,
             "fit": {"a": vm.fit.a, "b": vm.fit.b, "parity": vm.fit.parity, "r2": vm.fit.r2},
             "read_ms": read_ms, "active_bytes": act["bytes"], "active_params": act["params"]}
@@ -135,7 +139,7 @@ def probe(*, host: dict, build: dict, threads: int | None = None, rounds: int = 
         "host_fingerprint": host, "build": {k: build.get(k) for k in ("llama_cpp_python", "cmake_args", "system_info")},
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "threads": threads,
         "host": {"bandwidth_gbs": bw["median"], "bandwidth": bw, **{k: cal[k] for k in
-                 ("matvec_ns_per_param", "row_ns_per_param", "odd_ns_per_param")}},
+                 ("matvec_ns_per_param", "row_ns_per_param", "batch_ns_per_param", "odd_ns_per_param")}},
         "device": None, "device_note": dev["note"], "overhead_ms": overhead,
         "overhead": {"model": f"{TINY} (SYNTHETIC, {TINY_CONFIG['n_layer']} layers, n_embd {TINY_CONFIG['n_embd']})",
                      "H_ms": tiny["H_ms"]},
