@@ -89,7 +89,9 @@ class Lab:
         self.n_cells = 0
         self._t0: float | None = None
         self._produced: dict = {}
-        self._names: set[str] = set()
+        # (kind, name): a figure and the table of its data may share a name (one ID, both
+        # found by `labkit show`); two figures or two tables may not
+        self._names: set[tuple[str, str]] = set()
         self._mlflow_error: str | None = None
         self._book: arm_journal.ArmBook | None = None  # the arms of long measurements (see arms())
         self._engine_tags: dict = {}
@@ -169,7 +171,7 @@ class Lab:
 
     def table(self, name: str, df, *, noise: dict | None = None, display: bool = True):
         """Log a table (its exact data, a CSV, and its ID) and show it."""
-        lab_id = str(self.id.child(self._unique(name)))
+        lab_id = str(self.id.child(self._unique(name, "table")))
         text = frames.frame_to_json(df)
         spec = {"type": "table", "name": name, "id": lab_id, "cell": self.n_cells + 1,
                 "data_sha256": frames.digest(text), "noise": noise or {}}
@@ -188,7 +190,7 @@ class Lab:
         """Draw a registered figure from ``data``, stamp it, log PNG/SVG + data + spec, show it."""
         import matplotlib.pyplot as plt
 
-        lab_id = str(self.id.child(self._unique(name)))
+        lab_id = str(self.id.child(self._unique(name, "figure")))
         fig, drawn = figures.render(kind, data, **kw)
         figures.stamp(fig, lab_id)
         data_text, drawn_text = frames.frame_to_json(data), frames.frame_to_json(drawn)
@@ -291,12 +293,12 @@ class Lab:
         self._produced = {}
 
     # -- plumbing ------------------------------------------------------------------------
-    def _unique(self, name: str) -> str:
-        if name in self._names:
-            raise LabkitError(f"figure/table name {name!r} is used twice in this notebook", "give each a distinct name")
+    def _unique(self, name: str, kind: str) -> str:
+        if (kind, name) in self._names:
+            raise LabkitError(f"{kind} name {name!r} is used twice in this notebook", f"give each {kind} a distinct name")
         if name.startswith("c") and name[1:].isdigit():
             raise LabkitError(f"name {name!r} looks like a cell ID", "choose a descriptive name such as 'cost-fit'")
-        self._names.add(name)
+        self._names.add((kind, name))
         return name
 
     def _log_params(self) -> None:
