@@ -203,3 +203,30 @@ def test_cli_plan_prints_a_table_and_json_last(qwen3moe, tmp_path, capsys):
     assert any("n-cpu-moe 24" in line for line in out[:-1])
     rc = cli.main(["plan", "--model", qwen3moe.path, "--profile", str(prof), "--acceptance", "0.5,0.9"])
     assert rc == 2 and "non-increasing" in capsys.readouterr().err
+
+
+def test_published_comparison_reports_every_cell_and_knows_its_own_predictions():
+    """The seeds' §E: every published cell beside its prediction, with the shape checks; fed its
+    own predictions as if published, it reproduces them exactly (errors 0, shape all matching)."""
+    import copy
+
+    from labkit.analysis import plan_published
+    from labkit.artifacts import published
+
+    data = published.load()
+    models = published.model_profiles(data)
+    res = plan_published.compare(data, models)
+    assert len(res["cells"]) == sum(len(r["cells"]) for r in data["published"]["chapter3_E"]) == 7
+    assert res["row_order_match"]  # speedup grows as spill shrinks, dense zero spill first
+    assert res["row_order_predicted"] == ["dense, zero spill", "MoE, 10 layers spilled", "MoE, 14 layers spilled",
+                                          "MoE, 24 layers spilled"]
+    assert all(c["published_tok_s"] > 0 and c["predicted_tok_s"] > 0 for c in res["cells"])
+    assert all("ms per token" in line for line in plan_published.missed_term(res["cells"]))
+    mine = copy.deepcopy(data)
+    it = iter(res["cells"])
+    for row in mine["published"]["chapter3_E"]:
+        for c in row["cells"]:
+            c["tok_s"] = next(it)["predicted_tok_s"]
+    again = plan_published.compare(mine, models)
+    assert again["winners_match"] and again["signs_match"] and again["row_order_match"]
+    assert max(abs(c["tok_s_error"]) for c in again["cells"]) < 1e-9
