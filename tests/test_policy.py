@@ -309,7 +309,7 @@ def test_policy_summary_maps_to_fixed_server_flags():
 
 
 @pytest.mark.slow
-def test_bench_spec_k_auto_measures_verify_first_and_says_so(capsys):
+def test_bench_spec_k_auto_measures_verify_first_and_says_so(capsys, tmp_path):
     import json
 
     from labkit.commands import bench
@@ -320,8 +320,10 @@ def test_bench_spec_k_auto_measures_verify_first_and_says_so(capsys):
     assert res["policy"]["policy"] == "priced" and res["policy"]["k_max"] == 4 and res["k"] == 4
     assert res["policy"]["verify_source"].startswith("measured now: m 1..5")
     assert res["lossless"] is True
-    with pytest.raises(LabkitError, match="not a verify"):
-        bench.main(["spec", "--workload", "edit", "--k", "auto", "--verify-json", __file__])
+    other = tmp_path / "verify.json"
+    other.write_text(json.dumps({"kind": "verify", "verify": [], "provenance": {"host": {"hostname": "elsewhere"}}}))
+    with pytest.raises(LabkitError, match="not a verify.m. fit of this host"):
+        bench.main(["spec", "--workload", "edit", "--k", "auto", "--verify-json", str(other)])
 
 
 def test_bench_spec_k_auto_without_a_fit_and_policy_verify_error():
