@@ -230,3 +230,15 @@ def test_published_comparison_reports_every_cell_and_knows_its_own_predictions()
     again = plan_published.compare(mine, models)
     assert again["winners_match"] and again["signs_match"] and again["row_order_match"]
     assert max(abs(c["tok_s_error"]) for c in again["cells"]) < 1e-9
+
+
+def test_a_drafter_that_drafts_less_is_priced_by_its_draft_lengths(tmp_path):
+    """Always k drafts: the same as no length profile; never a draft: the plain step's cost."""
+    dense, _ = _pair(tmp_path, 4)
+    full = plan.cell(dense, CPU, Placement(), 3, [0.5, 0.3, 0.2])
+    assert plan.cell(dense, CPU, Placement(), 3, [0.5, 0.3, 0.2], len_ge=[1, 1, 1])["V_ms"] == pytest.approx(full["V_ms"])
+    none = plan.cell(dense, CPU, Placement(), 3, [0.5, 0.3, 0.2], len_ge=[0, 0, 0])
+    assert none["V_ms"] == pytest.approx(plan.verify_ms(dense, CPU, Placement(), 1))
+    half = plan.cell(dense, CPU, Placement(), 1, [0.5], len_ge=[0.5])
+    assert half["V_ms"] == pytest.approx(0.5 * plan.verify_ms(dense, CPU, Placement(), 1)
+                                         + 0.5 * plan.verify_ms(dense, CPU, Placement(), 2))

@@ -188,17 +188,34 @@ def draft_ms(kind: str, k: int, *, model: ModelProfile, machine: dict, p: Placem
 
 
 # -- the plan -------------------------------------------------------------------------------
+def _spec_terms(model, machine, p, c: int, k: int, len_ge: list[float] | None) -> dict:
+    """The verify terms of a step at n_max k: always k drafts, or (``len_ge``: P(draft length
+    >= i), i = 1..k, as an n-gram drafter that finds no match drafts fewer) their expectation."""
+    if not len_ge:
+        return verify_terms(model, machine, p, c * (k + 1))
+    ge = [1.0, *[float(x) for x in len_ge[:k]], 0.0]
+    out: dict = {}
+    for j in range(k + 1):  # P(length = j) * V(c * (j + 1))
+        w = ge[j] - ge[j + 1] if j < k else ge[k]
+        t = verify_terms(model, machine, p, c * (j + 1))
+        for key, v in t.items():
+            if key != "active":
+                out[key] = out.get(key, 0.0) + w * v
+    return out
+
+
 def cell(model: ModelProfile, machine: dict, p: Placement, k: int, acc: list[float], *, c: int = 1,
-         drafter: str = "ngram", draft: ModelProfile | None = None) -> dict:
+         drafter: str = "ngram", draft: ModelProfile | None = None, len_ge: list[float] | None = None) -> dict:
     """One §E/§B cell: plain and speculative tok/s (aggregate over c streams), the speedup, the
-    terms of the speculative step, and the dominant term of what speculation adds."""
+    terms of the speculative step, and the dominant term of what speculation adds. ``len_ge``:
+    the drafter's draft-length distribution where it does not always draft k (default: it does)."""
     plain = verify_terms(model, machine, p, c)
     base = 1e3 * c / plain["ms"]
     if k == 0:
         return {"n_max": 0, "c": c, "tok_s": base, "baseline_tok_s": base, "speedup": 1.0, "tokens_per_step": 1.0,
                 "first_token_acceptance": None, "V_ms": plain["ms"], "D_ms": 0.0, "H_ms": plain["ms"] / c,
                 "dominant": None, **{f"plain_{t}_ms": plain[t] for t in TERMS if t in plain}}
-    spec = verify_terms(model, machine, p, c * (k + 1))
+    spec = _spec_terms(model, machine, p, c, k, len_ge)
     D = draft_ms(drafter, k, model=model, machine=machine, p=p, rows=c, draft=draft)
     tok = tokens_per_step(acc, k)
     tok_s = 1e3 * c * tok / (spec["ms"] + D)

@@ -6,8 +6,9 @@ What is checked (all on the host, the only place a CPU box can put weights):
   MoE cost models at two sizes each (4 and 8 layers; out of sample: the profile never saw them);
 - the default recipe's n-gram cells k = 1..3 on a small greedy sweep (one prompt each of two
   workloads, few runs): the planner is given the acceptance those runs measured (it prices
-  cost, not acceptance), and its speedup is set beside the measured one and that one's
-  interval (``decide.compare``).
+  cost, not acceptance) and the draft lengths the n-gram drafter produced (it drafts fewer
+  than k where it finds no match), and its speedup is set beside the measured one and that
+  one's interval (``decide.compare``).
 
 The residual (median absolute error per model and overall) goes into the machine profile.
 """
@@ -87,10 +88,12 @@ def sweep_check(profile: dict, prompts: list, *, runs: int = 2, max_tokens: int 
         g = warm[(warm["k"] == k)]
         p = [sum(int(a[i]) for a in g["acc_pos"]) / g["steps"].sum() for i in range(k)]
         p = [min(p[: i + 1]) for i in range(k)]
-        c = plan.cell(prof, profile, plan.Placement(), k, p)
+        # the n-gram drafter drafts fewer than k (often none) where it finds no match: price that
+        ge = [sum(int(a[i]) for a in g["drafts_reaching_pos"]) / g["steps"].sum() for i in range(k)]
+        c = plan.cell(prof, profile, plan.Placement(), k, p, len_ge=ge)
         est = decide.compare(rows, arm={"drafter": "ngram", "k": k}, value="decode_tok_s")
         cells.append({"drafter": "ngram", "k": k, "workloads": ",".join(sorted({p.workload for p in prompts})),
-                      "acceptance_p1": p[0], "tokens_per_step": c["tokens_per_step"],
+                      "acceptance_p1": p[0], "draft_len_mean": sum(ge), "tokens_per_step": c["tokens_per_step"],
                       "measured_speedup": est.ratio, "measured_lo": est.lo, "measured_hi": est.hi,
                       "verdict": est.verdict, "line": est.line(f"ngram n_max={k} (decode tok/s, measured)"),
                       "predicted_speedup": c["speedup"], "error": c["speedup"] / est.ratio - 1,
