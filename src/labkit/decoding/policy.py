@@ -74,6 +74,7 @@ class Choice:
     pred: list[float]  # predicted conditional acceptance per proposed position
     bins: list[str]  # evidence bin per proposed position
     expected: float = 1.0  # E[j]
+    opt: list[float] | None = None  # optimistic acceptance the choice used (exploration); None: pred
 
 
 class Policy:
@@ -117,6 +118,9 @@ class PricedPolicy(Policy):
     profile: Sequence[float] | None = None
     overhead: tuple[float, float] | None = None
     drafter_name: str = ""
+    # exploration: choose with pred + explore·sd(pred) (sd of the bin's posterior), so a bin
+    # that was never drafted still gets tried until its own outcomes say what it is worth
+    explore: float = 1.0
     name: str = "priced"
     _pos: np.ndarray = field(default=None, repr=False)  # (k_max, 2): accepted, tested per position
     _bins: dict = field(default_factory=dict, repr=False)  # (position, bin) -> [accepted, tested]
@@ -151,7 +155,15 @@ class PricedPolicy(Policy):
     def assess(self, drafter: Drafter, draft: Draft) -> Choice:
         ev = drafter.evidence(draft)[: len(draft.tokens)]
         pred, bins = self.predict(ev)
-        return Choice(j=0, pred=pred, bins=bins)
+        return Choice(j=0, pred=pred, bins=bins, opt=self.optimistic(pred, bins))
+
+    def optimistic(self, pred: Sequence[float], bins: Sequence[str]) -> list[float]:
+        """pred + explore × the posterior sd of each position's bin (shrinks with its samples)."""
+        out = []
+        for i, (p, b) in enumerate(zip(pred, bins, strict=True)):
+            n = self._bins.get((i, b), (0.0, 0.0))[1]
+            out.append(float(min(P_CEIL, p + self.explore * np.sqrt(p * (1 - p) / (n + PRIOR_WEIGHT)))))
+        return out
 
     # -- pricing ---------------------------------------------------------------------
     def _o(self, j: int) -> float:
@@ -171,7 +183,7 @@ class PricedPolicy(Policy):
     def choose_batch(self, choices: list[Choice], *, draft_ms: Sequence[float]) -> list[Choice]:
         """j per stream maximising the step's expected tokens per ms (coordinate ascent
         from all-plain; one stream is an exact search over its j)."""
-        E = [expected_tokens(c.pred) for c in choices]
+        E = [expected_tokens(c.opt if c.opt is not None else c.pred) for c in choices]
         js = [0] * len(choices)
 
         def rate(js_) -> float:
@@ -190,7 +202,7 @@ class PricedPolicy(Policy):
                 js[s] = best_j
             if not changed:
                 break
-        return [Choice(j=j, pred=c.pred, bins=c.bins, expected=float(e[j]))
+        return [Choice(j=j, pred=c.pred, bins=c.bins, expected=float(e[j]), opt=c.opt)
                 for c, e, j in zip(choices, E, js, strict=True)]
 
     # -- learning --------------------------------------------------------------------
@@ -220,7 +232,7 @@ class PricedPolicy(Policy):
     def describe(self) -> dict:
         return {"policy": self.name, "k_max": self.k_max, "drafter": self.drafter_name,
                 "H_ms": float(self.verify.H), "V_ms": [float(self.verify.V(m)) for m in range(1, self.k_max + 2)],
-                "batch_verify": self.batch_verify is not None, "profile": list(self.profile or []),
+                "batch_verify": self.batch_verify is not None, "explore": self.explore, "profile": list(self.profile or []),
                 "overhead_ms": list(self.overhead) if self.overhead is not None else self._ovh[:2]}
 
 
