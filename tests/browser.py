@@ -194,7 +194,10 @@ def jupyterlab_output_images(driver, *, timeout: float = 60.0) -> int:
         n = sum(1 for i in imgs if d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 100", i))
         return n or None
 
-    return _wait(driver, count, timeout=timeout, message="the notebook's outputs draw no image")
+    n = _wait(driver, count, timeout=timeout, message="the notebook's outputs draw no image")
+    first = _active_notebook(driver).find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output img")[0]
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", first)  # what a screenshot shows
+    return n
 
 
 def wait_for_link(driver, text: str, *, timeout: float = 30.0):

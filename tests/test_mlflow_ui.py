@@ -48,7 +48,9 @@ if not (os.access(browser.CHROMIUM, os.X_OK) and os.access(browser.CHROMEDRIVER,
 @pytest.fixture(scope="module")
 def runs(store):
     """Two reproductions of 01_cost_fit: their parent runs, children and experiment."""
-    out = [rp.reproduce(only=["01_cost_fit"], out_dir=str(store / f"out{i}"), params=FAST) for i in range(2)]
+    # wait=: another reproduction into this checkout (a colleague's, another test's) is queued behind
+    out = [rp.reproduce(only=["01_cost_fit"], out_dir=str(store / f"out{i}"), params=FAST, wait=1200)
+           for i in range(2)]
     assert all(s["ok"] for s in out), out
     c = tracking.client()
     children = [c.get_run(s["results"][0]["run_id"]) for s in out]
