@@ -333,3 +333,41 @@ def test_bench_spec_k_auto_without_a_fit_and_policy_verify_error():
         bench.policy_verify_model(type("A", (), {"verify_json": None})(), from_dict({"policy_verify": "error"}),
                                   None)
     assert "--verify-json" in e.value.fix and "policy_verify: measure" in e.value.fix
+
+
+def test_exploration_tries_an_untested_bin_until_its_outcomes_say_no():
+    """On a verify curve where a prior of 0.75 does not pay (SYNTHETIC, ~linear like one
+    thread here), an untried bin is still drafted (optimism) until it has outcomes."""
+    lin = Curve(10.0, {m: 9.0 * m for m in range(2, 10)})
+    pol = PricedPolicy(verify=lin, k_max=8)
+    ev = [{"n": 4, "seen": 1, "total": 1}] * 8
+
+    def choice():
+        pred, bins = pol.predict(ev)
+        return pol.choose(Choice(j=0, pred=pred, bins=bins, opt=pol.optimistic(pred, bins)))
+
+    assert pick(pol, ev) == 0  # the mean alone would never draft, so never learn
+    first = choice()
+    assert first.j > 0
+    for _ in range(30):
+        c = choice()
+        if c.j == 0:
+            break
+        pol.observe(c, [1, 0] + [-1] * (c.j - 2) if c.j >= 2 else [0])
+    assert choice().j == 0  # half the first positions rejected: not worth it on this curve
+    good = PricedPolicy(verify=BOX, k_max=8)  # this box's shape: a long draft at an even m is cheap
+    for _ in range(30):
+        pred, bins = good.predict(ev)
+        c = good.choose(Choice(j=0, pred=pred, bins=bins, opt=good.optimistic(pred, bins)))
+        good.observe(c, [1] * c.j)
+    assert c.j >= 7 and good.predict(ev)[0][0] > 0.95  # always right: it drafts long, knowingly
+
+
+def test_a_deeper_position_borrows_the_running_rate_of_the_one_before():
+    pol = PricedPolicy(verify=BOX, k_max=8)
+    ev = [{"n": 4, "seen": 1, "total": 1}] * 4
+    assert pol.predict(ev)[0][3] == pytest.approx(0.75)
+    for _ in range(20):
+        pred, bins = pol.predict(ev)
+        pol.observe(Choice(j=1, pred=pred, bins=bins), [1])
+    assert pol.predict(ev)[0][3] > 0.82  # untried, yet no longer the bare prior

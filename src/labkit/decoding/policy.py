@@ -136,8 +136,16 @@ class PricedPolicy(Policy):
 
     # -- prediction ------------------------------------------------------------------
     def _position_rate(self, i: int, prior: float) -> float:
+        """Running acceptance of position i, starting from the profile, else from the
+        position before it (a deeper position is seldom tried before a shallower one is
+        known: borrowing lets a stream of accepted drafts reach long drafts), else ``prior``."""
         acc, n = self._pos[i]
-        start = float(self.profile[i]) if self.profile is not None and i < len(self.profile) else prior
+        if self.profile is not None and i < len(self.profile):
+            start = float(self.profile[i])
+        elif i > 0:
+            start = self._position_rate(i - 1, prior)
+        else:
+            start = prior
         return (acc + PRIOR_WEIGHT * start) / (n + PRIOR_WEIGHT)
 
     def predict(self, evidence: Sequence[dict]) -> tuple[list[float], list[str]]:
