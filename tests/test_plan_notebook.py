@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # papermill end to end (~1 minute; a short probe 
 def test_08_plan_reproduces_and_exports_plan_vs_published(store, capsys):
     from labkit import cli
 
-    s = rp.reproduce(only=["08"], out_dir=str(store / "out"))
+    s = rp.reproduce(only=["08"], out_dir=str(store / "out"), wait=900)  # queue behind another reproduction
     r = s["results"][0]
     assert s["ok"] and r["notebook"] == "08_plan", r["error"]
     assert cli.main(["export", f"{r['id']}/plan-vs-published", "--format", "md"]) == 0
