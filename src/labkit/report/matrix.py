@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from labkit.analysis import decide
 from labkit.errors import LabkitError
 from labkit.provenance.ids import DOCUMENTS
-from labkit.analysis import decide
 from labkit.report import evidence, printed
 from labkit.report.queries import latest_per_recipe
 
