@@ -65,7 +65,7 @@ vm = costmodel.fit_verify_model(costmodel.verify_frame(ver))
 
 # %%
 pred = measure_protocol.predict(engine, prompts, drafters=arms, ks=R.k, max_tokens=R.max_tokens, V=vm.V, H=vm.H,
-                                progress=print)
+                                progress=lab.progress)
 lab.table("replay-prediction", pred["per_prompt"], display=False)
 print(f"not replayable (measured only): {pred['not_replayable']}")
 
@@ -74,12 +74,12 @@ print(f"not replayable (measured only): {pred['not_replayable']}")
 
 # %%
 if R.protocol == "stepwise":
-    suite = stepcheck.SuiteCheck.from_recipe(engine, arms, R, progress=print)
+    suite = stepcheck.SuiteCheck.from_recipe(engine, arms, R, progress=lab.progress)
     res = measure_protocol.stepwise(engine, prompts, drafters=arms, ks=R.k, thresholds=decide.Thresholds.from_recipe(R),
                                     runs=R.runs, max_tokens=R.max_tokens, temperatures=tuple(R.temperatures),
                                     seed=R.seed, interleave=R.interleave, suite_check=suite,
                                     residency=engine.describe().get("residency"), predicted=pred["by_k"],
-                                    progress=print, max_runs=R.max_runs, budget_s=R.budget_s,
+                                    progress=lab.progress, max_runs=R.max_runs, budget_s=R.budget_s,
                                     control=R.aa_control, **lab.arms("sweep"))
     rows = res["rows"]
     lab.table("protocol-steps", res["steps"], display=False)
@@ -90,7 +90,7 @@ if R.protocol == "stepwise":
     print(f"protocol winner: {winner}\nstopped: {res['stopped']}")
 else:
     rows = sweep.k_sweep(engine, prompts, drafters=arms, ks=R.k, runs=R.runs, max_tokens=R.max_tokens,
-                         temperatures=tuple(R.temperatures), seed=R.seed, interleave=R.interleave, progress=print,
+                         temperatures=tuple(R.temperatures), seed=R.seed, interleave=R.interleave, progress=lab.progress,
                          control=R.aa_control, **lab.arms("sweep"))
 lab.table("sweep-runs", rows, display=False)
 aa = verdicts.aa_tags(rows, temperature=measure_protocol.decision_temperature(R.temperatures),
@@ -129,7 +129,7 @@ lab.figure("forest", forest, name="speedup-forest", margin=R.decision_margin)
 
 # %%
 gated = sweep.gated_sweep(engine, prompts, drafters=arms, default_k=default_k, make_gate=lambda: runtime.make_gate(R),
-                          runs=R.runs, max_tokens=R.max_tokens, seed=R.seed, interleave=R.interleave, progress=print,
+                          runs=R.runs, max_tokens=R.max_tokens, seed=R.seed, interleave=R.interleave, progress=lab.progress,
                           **lab.arms("gated"))
 if gated is not None:
     lab.table("gate-on-vs-off", sweep_tables.gate_comparison(cells, sweep_tables.cell_table(gated)))

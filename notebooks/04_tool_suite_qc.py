@@ -67,7 +67,7 @@ if not skip:
     tasks = toolsuite.load_tasks()[: R.toolsuite_tasks]
     res = qc.control(engine, tasks, drafters=arms, k=cand["k"], runs=R.toolsuite_runs,
                      temperature=R.toolsuite_temperature, seed=R.seed, tolerance_pts=R.toolsuite_tolerance_pts,
-                     progress=print, **lab.arms("toolsuite"))
+                     progress=lab.progress, **lab.arms("toolsuite"))
     lab.table("toolsuite-scores", res["scores"])
     lab.table("greedy-divergences", res["divergences"])
     lab.table("toolsuite-tasks", res["task_pairs"], display=False)

@@ -54,7 +54,7 @@ engine = lab.engine()
 drafter = runtime.make_drafter(best["drafter"], R, engine)
 prompts = prompts_for(engine, [R.power_workload], limit=R.prompts_per_workload, seed=R.seed)
 rows = energy.power_runs(engine, prompts, drafter=drafter, k=best["k"], runs=R.runs, max_tokens=R.max_tokens,
-                         seed=R.seed, interleave=R.interleave, progress=print, control=R.aa_control,
+                         seed=R.seed, interleave=R.interleave, progress=lab.progress, control=R.aa_control,
                          **lab.arms("power"))
 lab.table("power-runs", rows, display=False)
 

@@ -64,16 +64,16 @@ if not skip:
     engine = lab.engine(n_seq_max=max(cs), n_ctx=per_seq)
     res = conc.bench_concurrency(engine, ids, cs=cs, ks=ks, make_drafter=conc.drafter_factory(R, engine, spec["drafter"]),
                                  drafter_name=spec["drafter"], runs=R.runs, max_tokens=R.max_tokens, seed=R.seed,
-                                 interleave=R.interleave, progress=print, control=R.aa_control)
+                                 interleave=R.interleave, progress=lab.progress, control=R.aa_control)
 
 # %%
 if not skip:
-    built = serve.ensure_built(progress=print)
+    built = serve.ensure_built(progress=lab.progress)
     tracking.log_json(lab.client, lab.run_id, built, "llama-server-build.json")
     lab.client.set_tag(lab.run_id, "llama_server.commit", built["llama_cpp_commit"])
     sres = serve.bench_serve(built["path"], str(runtime.resolve_model(R).path), ids, cs=cs, ks=ks, spec_type="ngram-simple",
                              threads=R.threads or 2, n_ctx_per_slot=per_seq, runs=R.runs, max_tokens=R.max_tokens,
-                             seed=R.seed, interleave=R.interleave, progress=print)
+                             seed=R.seed, interleave=R.interleave, progress=lab.progress)
     conc.server_lossless(engine, ids, res["reference"], sres)
 
 # %%

@@ -40,7 +40,7 @@ from labkit.report import plan_tables
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
-prof = machine.load_or_probe(host=host_info(), build=build_info(), rounds=R.verify_rounds, progress=print)
+prof = machine.load_or_probe(host=host_info(), build=build_info(), rounds=R.verify_rounds, progress=lab.progress)
 lab.client.set_tag(lab.run_id, "plan.machine_key", prof["key"])
 print(f"this box: host {prof['host']['bandwidth_gbs']:.1f} GB/s, overhead {prof['overhead_ms']:.2f} ms; "
       f"{prof['device_note']}; last check: {prof.get('residual') or 'never (labkit plan --check)'}")
