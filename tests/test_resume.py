@@ -35,8 +35,10 @@ from labkit.suites.workloads import load_workload
 
 # protocol full: every k measured, so the arm set does not depend on timings (stepwise stops
 # at the first losing step)
+# the full grid without the A/A arm: the resume mechanics, not the verdicts, are under test here
+# (the A/A arm is an arm like any other: same keys, same journal)
 TINY = {"k": [0, 2], "workloads": ["edit"], "prompts_per_workload": 2, "runs": 1, "max_tokens": 16,
-        "drafters": ["ngram"], "temperatures": [0.0], "protocol": "full"}
+        "drafters": ["ngram"], "temperatures": [0.0], "protocol": "full", "aa_control": False}
 ARM = ["prompt", "temperature", "run", "drafter", "k"]  # what identifies an arm in the sweep-runs table
 SRC = Path(labkit.__file__).resolve().parents[1]
 
