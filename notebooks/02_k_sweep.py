@@ -38,6 +38,11 @@ prompts_per_workload = None
 temperatures = None
 gate = None  # threshold for the gate-on comparison at the global default k
 protocol = None  # "stepwise" (the n_max protocol) or "full" (every k); None: the recipe's
+decision_margin = None  # the ±band that counts as no measurable difference (0.02: ±2%)
+decision_confidence = None  # the CI level (0.95)
+aa_control = None  # the A/A arm: a second plain arm (true by default; off only with protocol "full")
+max_runs = None  # rounds a step may add while its verdict is undecided
+budget_s = None  # seconds of measuring per protocol step (None: no time limit)
 
 # %%
 from labkit import lab as labkit_lab

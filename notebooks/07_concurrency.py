@@ -30,8 +30,11 @@ production_concurrency = None
 k = None  # None means 0 and the best n-gram k of the newest 02_k_sweep, or a recipe's own k list of two or fewer
 workload = "edit"
 prompts_per_workload = 4
-max_tokens = 48
-runs = 1
+max_tokens = 32
+runs = 3  # rounds: each verdict pairs the arms' aggregate tok/s by round, so one round cannot decide
+aa_control = None  # the A/A arm at each c (a second plain arm of labkit's loop); None: the recipe's
+decision_margin = None
+decision_confidence = None
 
 # %%
 from labkit import lab as labkit_lab
