@@ -158,5 +158,7 @@ def test_notebook_07_under_reproduce(store, server_binary):
     assert set(table["engine"]) == {"labkit", "llama-server"} and set(table["c"]) == {1, 2}
     verdict = load_table(c, run, "concurrency-verdict")
     assert len(verdict) == 1 and verdict["c"].iloc[0] == 2
-    assert verdict["verdict"].iloc[0] in ("speculation pays at c=2", "loses at c=2")
+    # one round: no interval, so no measurable difference is the honest verdict here
+    assert verdict["verdict"].iloc[0] in ("speculation pays at c=2", "loses at c=2", "no measurable difference at c=2")
+    assert verdict["aa_verdict"].iloc[0] is not None  # labkit's loop carried its A/A arm
     assert run.data.tags["concurrency.verdict"] == verdict["verdict"].iloc[0]
