@@ -128,3 +128,17 @@ def test_bad_margin_names_the_field(margin):
 def test_bad_confidence_names_the_field(conf):
     with pytest.raises(LabkitError, match="decision_confidence"):
         decide.check_confidence(conf)
+
+
+def test_projected_halfwidth_shrinks_only_the_round_part():
+    """Prompts that differ in their true effect keep the interval wide however many rounds
+    are added; prompts that differ only by round noise let it shrink as 1/sqrt(rounds)."""
+    rng = np.random.default_rng(7)
+    spread = simulate(rng, effect=1.0, prompts=10, rounds=2, prompt_sd=0.15)
+    noise = simulate(rng, effect=1.0, prompts=10, rounds=2, prompt_sd=0.0)
+    level = 0.95
+    assert decide.projected_halfwidth(spread, rounds=50, level=level) > 0.6 * decide.projected_halfwidth(
+        spread, rounds=2, level=level)
+    assert decide.projected_halfwidth(noise, rounds=50, level=level) < 0.4 * decide.projected_halfwidth(
+        noise, rounds=2, level=level)
+    assert decide.projected_halfwidth(noise[noise["round"] == 0], rounds=6, level=level) is None

@@ -88,6 +88,8 @@ def test_no_measurable_gain_stops_as_the_simpler_option():
     assert row["stop_reason"].startswith("no measurable gain end-to-end: ngram n_max=1:")
     assert P.settled(s, TH) is False  # more rounds could still make it a win
     assert P.settled({**s, "e2e_hi": 1.015}, TH)  # the CI rules out a win: stop for futility
+    # or max_runs rounds would still leave its lower end at or below 1.02 (prompts differ, not rounds)
+    assert P.settled({**s, "e2e_lo_at_budget": 1.0}, TH) and not P.settled({**s, "e2e_lo_at_budget": 1.05}, TH)
 
 
 def test_winner_is_the_last_passing_step_of_the_fastest_drafter():

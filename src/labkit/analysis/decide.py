@@ -195,6 +195,26 @@ def without_control(rows: pd.DataFrame) -> pd.DataFrame:
     return rows if "drafter" not in rows else rows[rows["drafter"] != AA]
 
 
+def projected_halfwidth(pairs: pd.DataFrame, *, rounds: int, level: float) -> float | None:
+    """The CI half-width (log scale) to expect with ``rounds`` rounds per prompt, from the
+    pairs' own variance components: a prompt mean varies by sigma_b^2 + sigma_w^2 / r, so
+    more rounds shrink only the round part. None when there is nothing to estimate it from."""
+    ratio = pairs["ratio"].to_numpy(float)
+    ok = np.isfinite(ratio) & (ratio > 0)
+    logs = np.log(ratio[ok])
+    _, which = np.unique(pairs["prompt"].to_numpy()[ok].astype(str), return_inverse=True)
+    n, counts = int(which.max()) + 1 if len(which) else 0, np.bincount(which) if len(which) else np.array([])
+    if n == 0 or len(logs) - n < 1:
+        return None  # no prompt has two rounds: the round noise is unknown
+    means = np.bincount(which, logs) / counts
+    sw2 = float(((logs - means[which]) ** 2).sum() / (len(logs) - n))
+    tail = 1 - (1 - level) / 2
+    if n == 1:
+        return float(stats.t.ppf(tail, rounds - 1) * np.sqrt(sw2 / rounds)) if rounds > 1 else None
+    sb2 = max(0.0, float(means.var(ddof=1)) - sw2 / float(counts.mean()))
+    return float(stats.t.ppf(tail, n - 1) * np.sqrt((sb2 + sw2 / rounds) / n))
+
+
 def rounds_to_resolve(est: Estimate, n_rounds: int) -> int | None:
     """About how many more rounds would narrow the interval enough to clear the margin band,
     assuming its width shrinks as 1/sqrt(rounds); None when decided or nothing to go on."""

@@ -51,6 +51,7 @@ class Thresholds:
     confidence: float = decide.DEFAULT_CONFIDENCE
     adjust: int = 1  # drafters stepped in parallel (Bonferroni)
     looks: int = 1  # sequential looks per step (Bonferroni spending)
+    max_runs: int | None = None  # the rounds a step may reach (futility is judged against it)
 
     @classmethod
     def from_recipe(cls, recipe, *, adjust: int | None = None) -> Thresholds:
@@ -58,7 +59,7 @@ class Thresholds:
         return cls(min_speedup=recipe.protocol_min_speedup, min_acceptance=recipe.protocol_min_acceptance,
                    margin=recipe.decision_margin, confidence=recipe.decision_confidence,
                    adjust=adjust if adjust is not None else max(1, len(recipe.drafters)),
-                   looks=max_runs - recipe.runs + 1)
+                   looks=max_runs - recipe.runs + 1, max_runs=max_runs)
 
     def decide_kw(self) -> dict:
         return {"margin": self.margin, "confidence": self.confidence, "adjust": self.adjust, "looks": self.looks}
@@ -85,6 +86,8 @@ def step_summary(rows: pd.DataFrame, drafter: str, k: int, *, temperature: float
                           **th.decide_kw())
     drafted, reach0 = spec["drafted"].sum(), sum(_pos0(v) for v in spec["drafts_reaching_pos"])
     scale = th.min_speedup
+    # where the CI's lower end would be after max_runs rounds, if the estimate stayed put
+    proj = decide.projected_halfwidth(pairs, rounds=th.max_runs, level=est.level) if th.max_runs and est.ratio else None
     return {
         "drafter": drafter, "k": int(k), "temperature": float(temperature), "pairs": len(pairs),
         "prompts": est.n_prompts, "rounds": int(pairs["round"].nunique()) if len(pairs) else 0,
@@ -92,6 +95,7 @@ def step_summary(rows: pd.DataFrame, drafter: str, k: int, *, temperature: float
         "e2e_lo": est.lo * scale if est.lo is not None else None,
         "e2e_hi": est.hi * scale if est.hi is not None else None, "verdict": est.verdict,
         "confidence": est.confidence, "ci_level": est.level,
+        "e2e_lo_at_budget": float(est.ratio * np.exp(-proj)) * scale if proj is not None else None,
         "e2e_speedup_min": float(pairs["ratio"].min()), "e2e_speedup_max": float(pairs["ratio"].max()),
         "decode_speedup": dec.ratio, "decode_lo": dec.lo, "decode_hi": dec.hi,
         "acceptance": float(spec["accepted"].sum() / drafted) if drafted else None,
@@ -114,6 +118,8 @@ def _budget_text(step: dict, th: Thresholds) -> str:
     """Why an undecided step stopped measuring, and about how many rounds would decide it."""
     if not step.get("budget") or step.get("e2e_lo") is None:
         return ""
+    if str(step["budget"]).startswith("futile"):
+        return f" ({step['budget']})"
     est = decide.Estimate(ratio=step["e2e_speedup"] / th.min_speedup, lo=step["e2e_lo"] / th.min_speedup,
                           hi=step["e2e_hi"] / th.min_speedup, verdict=step["verdict"], confidence=th.confidence,
                           level=th.confidence, margin=th.margin, n_prompts=step.get("prompts", 0),
@@ -146,12 +152,16 @@ def aa_row(rows: pd.DataFrame, *, temperature: float, th: Thresholds) -> dict | 
 
 def settled(step: dict, th: Thresholds) -> bool:
     """Whether more rounds could change what the protocol does with this step: no, once its
-    verdict is decided, or once the CI rules out a win (hi <= min_speedup x (1 + margin):
-    stopping for futility never inflates the error of a "wins")."""
+    verdict is decided; once the CI rules out a win (hi <= min_speedup x (1 + margin)); or
+    once even ``max_runs`` rounds would leave the CI's lower end at or below that line with
+    the estimate where it is (more rounds shrink only the round-to-round part of the spread,
+    not the prompt-to-prompt part). Stopping for futility never inflates the error of a
+    "wins"; the step then reads "no measurable gain at this budget"."""
     if step.get("verdict") in (decide.WINS, decide.LOSES):
         return True
-    hi = step.get("e2e_hi")
-    return hi is not None and hi <= th.min_speedup * (1 + th.margin)
+    line = th.min_speedup * (1 + th.margin)
+    hi, at_budget = step.get("e2e_hi"), step.get("e2e_lo_at_budget")
+    return (hi is not None and hi <= line) or (at_budget is not None and at_budget <= line)
 
 
 def failures(step: dict, *, previous: dict | None, th: Thresholds) -> list[str]:

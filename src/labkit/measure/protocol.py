@@ -169,6 +169,11 @@ def _measure_until_settled(engine, prompts, drafters, active, k, step_no, *, run
             for d in open_:
                 why = "time budget spent" if spent else f"{r} of max_runs={max_runs} rounds"
                 summaries[d]["budget"] = why
+            for d in active:
+                x = summaries[d]
+                if d not in open_ and x["verdict"] == decide.NO_DIFF and x["e2e_hi"] > th.min_speedup * (1 + th.margin):
+                    x["budget"] = (f"futile: even {max_runs} rounds would leave the CI's lower end near "
+                                   f"{x['e2e_lo_at_budget']:.2f}×")
             return rows, summaries
         r += 1
         if kw.get("progress"):
