@@ -90,6 +90,8 @@ def test_no_measurable_gain_stops_as_the_simpler_option():
     assert P.settled({**s, "e2e_hi": 1.015}, TH)  # the CI rules out a win: stop for futility
     # or max_runs rounds would still leave its lower end at or below 1.02 (prompts differ, not rounds)
     assert P.settled({**s, "e2e_lo_at_budget": 1.0}, TH) and not P.settled({**s, "e2e_lo_at_budget": 1.05}, TH)
+    budget = P.step_summary(rows, "ngram", 1, th=P.Thresholds(max_runs=6))
+    assert s["e2e_lo_at_budget"] is None and 0.8 < budget["e2e_lo_at_budget"] < budget["e2e_speedup"]
 
 
 def test_winner_is_the_last_passing_step_of_the_fastest_drafter():
