@@ -93,8 +93,9 @@ def section_e(c, *, workload: str = "all", temperature: float = 0.0) -> Section:
         for (d, k), g in cells.groupby(["drafter", "k"]):
             ft, acc = _first_token(rows[(rows["drafter"] == d) & (rows["k"] == k)]) if k > 0 else (None, None)
             # the pooled decode-only speedup over every workload's pairs, with its CI
+            paired = k > 0 and {"decode_tok_s", "prompt", "run"} <= set(rows.columns)  # older runs: no CI
             est = decide.estimate(decide.paired(rows, arm={"drafter": d, "k": int(k)}, value="decode_tok_s",
-                                                temperature=None)) if k > 0 else None
+                                                temperature=None)) if paired else None
             out.append({**meta, "drafter": d, "n_max": int(k), "workloads": int(g["workload"].nunique()),
                         "tok_s": float(g["tok_s"].median()), "tok_s_min": float(g["tok_s_min"].min()),
                         "tok_s_max": float(g["tok_s_max"].max()), "speedup": est.ratio if est and est.ratio else float(g["speedup"].median()),
