@@ -3,7 +3,7 @@
 Each step is one ``k_sweep`` of plain decoding and every still-active drafter at that k,
 interleaved on the same prompts, so each step is paired with plain measured at the same
 time (drift on a shared machine cannot pass for a win). Run indices are renumbered per
-step (step s holds runs s*(runs+1) ..), so the concatenated rows pair every speculative
+step (step s holds runs s*(max_runs+1) .., room for every round it may add), so the concatenated rows pair every speculative
 run with its own step's plain run in ``sweep_tables.cell_table`` too, and plain cells
 pool every step's plain runs.
 
