@@ -92,7 +92,7 @@ def test_section_a_prefill_apart_from_decode(book):
     c = tracking.client()
     df = matrix.section(c, "A").data
     rows = load_table(c, c.get_run(book["02_k_sweep"]["run_id"]), "sweep-runs")
-    plain = rows[(rows["k"] == 0) & (~rows["cold"])]
+    plain = rows[(rows["drafter"] == "none") & (~rows["cold"])]  # the A/A arm (drafter "aa", k=0) is not plain
     got = df[df["drafter"] == "none"].iloc[0]
     assert got["runs"] == len(plain) == SWEEP["runs"]
     assert abs(got["prefill_tok_s"] - (plain["prompt_tokens"] / plain["ttft_ms"] * 1e3).median()) < 1e-9

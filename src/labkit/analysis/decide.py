@@ -93,6 +93,8 @@ class Estimate:
     def ci_text(self) -> str:
         if self.ratio is None:
             return "no pairs"
+        if self.hi is None or not np.isfinite(self.hi):
+            return f"{self.ratio:.2f}× (one pair: no CI; measure at least 2 rounds)"
         return f"{self.ratio:.2f}× ({self.confidence:.0%} CI {self.lo:.2f}–{self.hi:.2f})"
 
     def line(self, name: str, *, acceptance: float | None = None) -> str:

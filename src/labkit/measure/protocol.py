@@ -33,6 +33,7 @@ import pandas as pd
 
 from labkit.analysis import protocol as decide
 from labkit.analysis import replay as rp
+from labkit.analysis.decide import NO_DIFF
 from labkit.decoding.loop import run, tokens_of
 from labkit.measure import order
 from labkit.measure.sweep import k_sweep
@@ -171,7 +172,8 @@ def _measure_until_settled(engine, prompts, drafters, active, k, step_no, *, run
                 summaries[d]["budget"] = why
             for d in active:
                 x = summaries[d]
-                if d not in open_ and x["verdict"] == decide.NO_DIFF and x["e2e_hi"] > th.min_speedup * (1 + th.margin):
+                if (d not in open_ and x["verdict"] == NO_DIFF and x.get("e2e_lo_at_budget") is not None
+                        and x["e2e_hi"] > th.min_speedup * (1 + th.margin)):
                     x["budget"] = (f"futile: even {max_runs} rounds would leave the CI's lower end near "
                                    f"{x['e2e_lo_at_budget']:.2f}×")
             return rows, summaries

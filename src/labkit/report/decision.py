@@ -110,7 +110,7 @@ def candidate_verdict(*, e2e: dict | None, decode: float | None, tool_ok: bool |
         if e2e["verdict"] == decide.LOSES:
             why.append(f"end-to-end {e2e['text']} loses")
         elif e2e["verdict"] != decide.WINS:
-            why.append(f"end-to-end {e2e['text']}: no measurable difference, so the simpler option")
+            why.append(f"end-to-end {e2e['text']}: no measurable difference from plain, so the simpler option")
     elif decode is None:
         provisional.append("no speedup measured")
     elif decode <= 1.0:
@@ -130,20 +130,44 @@ def candidate_verdict(*, e2e: dict | None, decode: float | None, tool_ok: bool |
 
 
 def speculation_words(cells: pd.DataFrame, cand: dict, *, steps: pd.DataFrame | None = None,
-                      stopped: str | None = None, configured: int | None = None) -> dict:
-    """keep / widen / narrow (shorten drafts) / disable for the candidate's drafter (greedy)."""
+                      stopped: str | None = None, configured: int | None = None,
+                      e2e: dict | None = None) -> dict:
+    """keep / widen / narrow (shorten drafts) / disable for the candidate's drafter (greedy).
+
+    Every word goes through a verdict: ``e2e`` (``paired_ratio`` at the candidate, pooled over
+    workloads) decides whether speculation pays at all; per workload, a cell's own verdict
+    (``sweep_tables.cell_table``) decides where it loses and where a shorter draft wins. Cells
+    logged before verdicts had CIs fall back to their median against 1.00, and say so."""
     g = cells[(cells["temperature"] == 0) & (cells["drafter"] == cand["drafter"]) & (cells["k"] > 0)]
     if g.empty:
         return {"word": "disable", "text": f"disable: no speculative cell for {cand['drafter']}"}
     gm = g.groupby("k")["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
     k = cand["k"] if cand["k"] in gm.index else int(gm.idxmax())
-    if gm.max() <= 1.0:
+    with_verdicts = "verdict" in g.columns and g["verdict"].notna().any()
+    if e2e is not None and e2e.get("verdict"):
+        if e2e["verdict"] != decide.WINS:
+            return {"word": "disable", "text": f"disable: {cand['drafter']} n_max={k} end-to-end {e2e['text']}, "
+                                               f"{e2e['verdict']} (the simpler option)"}
+        pooled = e2e["text"]
+    elif gm.max() <= 1.0:
         return {"word": "disable", "text": f"disable: no n_max of {cand['drafter']} beats plain decoding "
-                                           f"(best {gm.max():.2f}× at n_max={int(gm.idxmax())})"}
-    at_k = g[g["k"] == k].set_index("workload")["speedup"]
-    losers = sorted(at_k[at_k <= 1].index)
-    shorter = {w: int(g[(g["workload"] == w) & (g["k"] < k)].set_index("k")["speedup"].idxmax())
-               for w in losers if (g[(g["workload"] == w) & (g["k"] < k)]["speedup"] > 1).any()}
+                                           f"(best median {gm.max():.2f}× at n_max={int(gm.idxmax())}; no CI)"}
+    else:
+        pooled = f"{gm[k]:.2f}× median, no CI"
+
+    def loses(x) -> bool:
+        return x["verdict"] == decide.LOSES if with_verdicts else x["speedup"] <= 1
+
+    def wins(x) -> bool:
+        return x["verdict"] == decide.WINS if with_verdicts else x["speedup"] > 1
+
+    at_k = g[g["k"] == k]
+    losers = sorted(r["workload"] for r in at_k.to_dict("records") if loses(r))
+    shorter = {}
+    for w in losers:
+        ok = [r for r in g[(g["workload"] == w) & (g["k"] < k)].to_dict("records") if wins(r)]
+        if ok:
+            shorter[w] = int(max(ok, key=lambda r: r["speedup"])["k"])
     tried = int(steps["k"].max()) if steps is not None and not steps.empty else int(g["k"].max())
     if configured is not None and configured > k:
         return {"word": "narrow", "text": f"narrow (shorten drafts): the configured n_max={configured} is longer "
@@ -155,8 +179,8 @@ def speculation_words(cells: pd.DataFrame, cand: dict, *, steps: pd.DataFrame | 
                if len(shorter) < len(losers) else "")}
     if k >= tried and not (stopped and "loss" in stopped.lower()):
         return {"word": "widen", "text": f"widen: n_max={k} is the longest tried and still wins "
-                                         f"({gm[k]:.2f}×); measure longer drafts"}
-    text = f"keep: {cand['drafter']} n_max={k} ({gm[k]:.2f}× geometric mean over workloads)"
+                                         f"({pooled}); measure longer drafts"}
+    text = f"keep: {cand['drafter']} n_max={k} ({pooled})"
     if losers:
         text += f"; it loses on {', '.join(losers)} at every n_max (rely on the gate there)"
     return {"word": "keep", "text": text}

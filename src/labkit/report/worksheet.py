@@ -161,7 +161,7 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
                                            concurrency=conc.run is not None and "lab.skipped" not in conc.run.data.tags,
                                            concurrency_loss=conc_loss)
     spec = decision.speculation_words(sw.cells, cand, steps=sw.steps, stopped=sw.stopped,
-                                      configured=getattr(recipe, "n_max", None)) if sw.cells is not None else None
+                                      configured=getattr(recipe, "n_max", None), e2e=e2e) if sw.cells is not None else None
     add(ITEMS[10], "-", f"{word}: {d} n_max={k}" + (f" ({'; '.join(why)})" if why else ""),
         (f"owner: {owner}" if owner else evidence.no_data("no owner: set recipe field owner or pass --owner"))
         + (f"; speculation: {spec['text']}" if spec else ""), sid)
