@@ -28,6 +28,8 @@ verify_m = None  # row counts; None: the recipe's
 verify_rounds = None  # rounds over all m; None: the recipe's
 kv_depth = None  # KV cache depth the rows are verified at; None: the recipe's
 cost_models = None  # the synthetic dense/MoE pair; None: the recipe's ([] skips the contrast)
+crosscheck_rounds = None  # rounds of labkit vs llama-bench; None: the recipe's
+crosscheck_tolerance = None  # agreement band (0.10: ±10%); None: the recipe's
 
 # %%
 from labkit import lab as labkit_lab
@@ -47,6 +49,30 @@ lab.table("verify-per-m", costmodel.per_m_table(res), noise={"median_ms": ["min_
                                                             "x_H": ["x_H_min", "x_H_max"], "key": ["m"]})
 
 # %% [markdown]
+# ## Cross-check: labkit vs llama-bench on the same build
+#
+# llama.cpp's own `llama-bench` (prompt processing of m tokens at this KV depth, and the
+# generated token) against labkit's decode of the same m rows, round by round, the two
+# arms alternating. One build: the `libllama.so` this kernel loaded is the file
+# llama-bench links. llama-bench's prompt batch asks for one logit row, so labkit is timed
+# that way too (the judged rows); labkit's verify with every logit row is listed beside
+# them: the difference is the output head, paid once per drafted row.
+
+# %%
+from labkit.analysis import crosscheck as xc
+from labkit.measure import crosscheck
+from labkit.provenance import tracking
+
+cc = crosscheck.for_engine(engine, m_values=R.verify_m, kv_depth=R.kv_depth, rounds=R.crosscheck_rounds,
+                           seed=R.seed, progress=lab.progress)
+agree = None if cc["skipped"] else xc.agreement(cc["samples"], tolerance=R.crosscheck_tolerance)
+tracking.set_tags(lab.client, lab.run_id, crosscheck.tags(agree, cc))
+if agree is not None:
+    lab.table("crosscheck-samples", cc["samples"], display=False)
+    lab.table("crosscheck", agree)
+print(crosscheck.tags(agree, cc)["crosscheck.line"])
+
+# %% [markdown]
 # The fit on every sample, and the fit of what is actually there: the one-row step runs
 # a matrix-vector kernel and is kept apart; for m ≥ 2, odd m can cost more than the next
 # even m (row-pair kernels), so that fit has an odd-m term. Residuals per m show which
@@ -60,7 +86,7 @@ lab.metric("verify/r2", fit.r2)
 lab.table("verify-fit", costmodel.fit_table(fit))
 
 # %%
-lab.figure("verify_cost", samples, name="cost-fit", fit=fit.to_dict(), H_ms=H["median"],
+lab.figure("verify_cost", samples, name="cost-fit", fit=fit.to_dict(), H_ms=H["median"], bench=agree,
            title=f"verify(m) · {R.model} · KV depth {R.kv_depth}",
            noise={"median_ms": ["min_ms", "max_ms"], "key": ["m"]})
 

@@ -35,6 +35,7 @@ runs = 3  # rounds: each verdict pairs the arms' aggregate tok/s by round, so on
 aa_control = None  # the A/A arm at each c (a second plain arm of labkit's loop); None: the recipe's
 decision_margin = None
 decision_confidence = None
+crosscheck_tolerance = None  # labkit's plain arms vs llama-batched-bench (0.10: ±10%); None: the recipe's
 
 # %%
 from labkit import lab as labkit_lab
@@ -86,6 +87,27 @@ if not skip:
     lab.figure("tok_s_vs_c", decide.without_control(df), name="tok-s-vs-c", title=f"{workload}: throughput vs concurrency")
     dips = lab.table("concurrency-dips", ctable.dips(df))
     lab.client.set_tag(lab.run_id, "concurrency.non_monotonic", str(not dips.empty))
+
+# %% [markdown]
+# ## Cross-checks on the same build: llama-batched-bench and llama-server's own counters
+#
+# labkit's plain arms (aggregate decode tok/s, prefill left out) against
+# `llama-batched-bench` at c = 1..4 (same prompt length, tokens, threads and KV layout), and
+# acceptance by draft position from labkit's step records beside llama-server's own
+# `/metrics` counters for the same prompts (two n-gram implementations: side by side).
+
+# %%
+if not skip:
+    from labkit.analysis import crosscheck as xc
+    from labkit.measure import crosscheck
+
+    bb = crosscheck.for_concurrency(res, runtime.resolve_model(R).path, prompts=ids, max_tokens=R.max_tokens,
+                                    threads=R.threads or 2, progress=lab.progress)
+    lab.table("batched-bench-runs", bb["rows"], display=False)
+    bagree = lab.table("batched-bench-agreement", xc.batched_agreement(df, bb["rows"], tolerance=R.crosscheck_tolerance))
+    tracking.set_tags(lab.client, lab.run_id, {"crosscheck.batched_bench": xc.summary_batched(bagree),
+                                               "crosscheck.batched_bench_command": " ".join(bb["command"])})
+    lab.table("acceptance-by-position", xc.acceptance_by_position(df))
 
 # %%
 if not skip:

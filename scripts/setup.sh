@@ -2,16 +2,21 @@
 # Create or refresh the project's virtual environment and install labkit into it.
 #
 # Idempotent and cheap when nothing changed: a stamp in the venv records the hash of
-# everything that decides its contents, and llama-cpp-python's wheel is cached per
-# (version, CMake flags, Python, platform) so the ~7 minute native build happens once
-# per machine. pip's own wheel cache is bypassed for it on purpose: pip keys that cache
-# by version only and would silently reuse a wheel built with other flags.
+# everything that decides its contents.
+#
+# llama.cpp is built ONCE per machine, for everything (src/labkit/engines/native.py):
+# one CMake build of the llama-cpp-python sdist's vendored llama.cpp gives the shared
+# libraries and the tools (llama-server, llama-bench, llama-batched-bench, llama-lookup),
+# cached under $CACHE/llama.cpp-<version>-<key>. llama-cpp-python is installed WITHOUT a
+# native build of its own (CMAKE_ARGS=-DLLAMA_BUILD=OFF: a wheel of Python files, cached)
+# and its llama_cpp/lib links to that build, so Python and the tools load one libllama.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 VENV=${LABKIT_VENV:-.venv}
 CACHE=${LABKIT_CACHE:-$HOME/.cache/labkit}
+export LABKIT_CACHE="$CACHE"
 LLAMA_VERSION=0.3.36
 if [ "$(uname -s)" = "Darwin" ]; then
     # On Apple silicon the default build (Metal, native) is the right one.
@@ -21,9 +26,13 @@ else
     # report AMX; these portable x86-64 flags work (shared/FACTS.md).
     DEFAULT_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 fi
-LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS-$DEFAULT_FLAGS}
+export LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS-$DEFAULT_FLAGS}
+PY_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"  # llama-cpp-python compiles nothing of its own
 
-log() { printf '[setup] %s\n' "$*" >&2; }
+T0=$(date +%s)
+log() { printf '[setup %s] %s\n' "$(date -u -d "@$(( $(date +%s) - T0 ))" +%M:%S 2>/dev/null || echo "+$(( $(date +%s) - T0 ))s")" "$*" >&2; }
+# run as a file, not -m: labkit.engines/__init__ imports numpy, which a fresh venv has not yet
+native() { PYTHONPATH=src "$VPY" src/labkit/engines/native.py --flags "$LLAMA_CMAKE_ARGS" "$@"; }
 
 [ -x "$VENV/bin/python" ] || { log "creating $VENV"; "$PY" -m venv "$VENV"; }
 VPY="$VENV/bin/python"
@@ -36,32 +45,33 @@ if [ "${LABKIT_SYSTEM_DEPS:-1}" = 1 ] && [ -x scripts/system-deps.sh ]; then
     scripts/system-deps.sh & sysdeps_pid=$!
 fi
 
-key=$(printf '%s|%s|%s' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" "$PYTAG" | sha256sum | cut -c1-12)
-WHEEL_DIR="$CACHE/wheels/llama-cpp-python-$LLAMA_VERSION-$key"
+NATIVE_DIR=$(native dir)
+key=$(printf '%s|%s|%s' "$LLAMA_VERSION" "$PY_ARGS" "$PYTAG" | sha256sum | cut -c1-12)
+WHEEL_DIR="$CACHE/wheels/llama-cpp-python-$LLAMA_VERSION-nolib-$key"
 wheel=$(ls "$WHEEL_DIR"/llama_cpp_python-*.whl 2>/dev/null | head -n1 || true)
+SDIST="$CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+
+fetch_sdist() {
+    [ -f "$SDIST" ] && return 0
+    log "downloading the llama-cpp-python $LLAMA_VERSION sdist (its vendored llama.cpp is what gets built)"
+    local tmp
+    mkdir -p "$CACHE/sdist"; tmp=$(mktemp -d "$CACHE/sdist/dl.XXXXXX")
+    "$VPY" -m pip download -q --no-binary :all: --no-deps "llama-cpp-python==$LLAMA_VERSION" -d "$tmp"
+    mv "$tmp"/llama_cpp_python-*.tar.gz "$SDIST"; rm -rf "$tmp"
+}
 
 build_wheel() {
-    log "building llama-cpp-python $LLAMA_VERSION with CMAKE_ARGS='$LLAMA_CMAKE_ARGS' (about 7 minutes on 2 cores)"
+    # Python files only: LLAMA_BUILD=OFF and LLAVA_BUILD=OFF leave llama-cpp-python's CMake
+    # nothing to compile (the libraries come from the one native build)
+    log "packaging llama-cpp-python $LLAMA_VERSION with CMAKE_ARGS='$PY_ARGS' (no native code)"
     local tmp
     tmp=$(mktemp -d)
-    "$VPY" -m pip download -q --no-binary :all: --no-deps "llama-cpp-python==$LLAMA_VERSION" -d "$tmp/sdist"
-    tar -xzf "$tmp"/sdist/llama_cpp_python-*.tar.gz -C "$tmp"
-    local commit
-    commit=$(cat "$tmp"/llama_cpp_python-*/.git/modules/vendor/llama.cpp/HEAD 2>/dev/null || echo unknown)
-    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)} \
-    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" "$VPY" -m pip wheel -q --no-cache-dir --no-deps \
-        "$tmp"/sdist/llama_cpp_python-*.tar.gz -w "$tmp/wheel"
+    CMAKE_ARGS="$PY_ARGS" "$VPY" -m pip wheel -q --no-cache-dir --no-deps "$SDIST" -w "$tmp/wheel" \
+        > "$VENV/llama-wheel.log" 2>&1 || { cat "$VENV/llama-wheel.log" >&2; log "llama-cpp-python packaging failed"; exit 1; }
     mkdir -p "$WHEEL_DIR"
-    "$VPY" - "$WHEEL_DIR/build.json" "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" "$commit" "$PYTAG" <<'PYEOF'
-import json, sys, time, platform
-path, version, flags, commit, pytag = sys.argv[1:]
-json.dump({"package": "llama-cpp-python", "version": version, "cmake_args": flags,
-           "llama_cpp_commit": commit.strip(), "python": pytag, "host": platform.node(),
-           "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-          open(path, "w"), indent=2)
-PYEOF
     mv "$tmp"/wheel/llama_cpp_python-*.whl "$WHEEL_DIR/"
     rm -rf "$tmp"
+    wheel=$(ls "$WHEEL_DIR"/llama_cpp_python-*.whl | head -n1)
 }
 
 # Installs go through uv (https://github.com/astral-sh/uv) when it can be had: the same
@@ -84,16 +94,18 @@ pip_install() {
     "$VPY" -m pip install -q --disable-pip-version-check "$@"
 }
 
-stamp_src=$(printf '%s' "$key" | cat - pyproject.toml requirements/constraints.txt scripts/setup.sh | sha256sum | cut -c1-16)
-if [ -n "$wheel" ] && [ "$(cat "$VENV/.labkit-stamp" 2>/dev/null)" = "$stamp_src" ]; then
-    log "$VENV is up to date"
+stamp_src=$(printf '%s|%s' "$key" "$NATIVE_DIR" | cat - pyproject.toml requirements/constraints.txt scripts/setup.sh src/labkit/engines/native.py | sha256sum | cut -c1-16)
+native_ok() { [ -f "$NATIVE_DIR/build.json" ] && native status >/dev/null 2>&1; }
+linked_ok() { [ -e "$("$VPY" -c 'import importlib.util as u; print(list(u.find_spec("llama_cpp").submodule_search_locations)[0])' 2>/dev/null)/lib/libllama.so" ]; }
+if [ -n "$wheel" ] && native_ok && [ "$(cat "$VENV/.labkit-stamp" 2>/dev/null)" = "$stamp_src" ] && linked_ok; then
+    log "$VENV is up to date (llama.cpp: $NATIVE_DIR)"
 else
     # The native build (minutes, CPU-bound) and the pinned dependencies (mostly download
     # and unpack) go side by side; labkit itself is installed once both are done.
+    fetch_sdist
     build_pid=""
-    if [ -z "$wheel" ]; then
-        build_wheel > "$VENV/llama-build.log" 2>&1 & build_pid=$!
-    fi
+    log "llama.cpp, one build for Python and the tools: $NATIVE_DIR (progress below; full log: $NATIVE_DIR/build.log)"
+    native build & build_pid=$!
     if [ "${LABKIT_PIP_ONLY:-0}" != 1 ]; then
         # pip checks the pinned version, so a venv holding another uv gets this one
         if "$VPY" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION" >/dev/null 2>&1; then
@@ -102,21 +114,27 @@ else
             log "uv $UV_VERSION could not be installed; installing with pip"
         fi
     fi
+    [ -n "$wheel" ] || build_wheel
     log "installing pinned dependencies into $VENV"
     grep -v -i -E '^llama.cpp.python==' requirements/constraints.txt > "$VENV/.deps.txt"
     pip_install -r "$VENV/.deps.txt"
-    if [ -n "$build_pid" ]; then
-        wait "$build_pid" || { cat "$VENV/llama-build.log" >&2; log "llama-cpp-python build failed"; exit 1; }
-        wheel=$(ls "$WHEEL_DIR"/llama_cpp_python-*.whl | head -n1)
+    if [ -f "$VENV/lib/python"*/site-packages/llama_cpp/lib/libllama.so ] \
+        && [ ! -L "$VENV/lib/python"*/site-packages/llama_cpp/lib/libllama.so ] 2>/dev/null; then
+        log "replacing the llama-cpp-python that carries its own native build"
+        "$VPY" -m pip uninstall -y -q llama-cpp-python
     fi
     log "installing labkit into $VENV"
     pip_install -c requirements/constraints.txt "$wheel" -e ".[dev,mlx,postgres]"
     # labkit itself is an editable install (src/ is imported in place): compile it too
     "$VPY" -m compileall -q -j 0 src/labkit >/dev/null \
         || log "could not byte-compile src/labkit (run: $VPY -m compileall src/labkit); it still imports, only slower"
-    mkdir -p "$VENV/share/labkit"
-    cp "$WHEEL_DIR/build.json" "$VENV/share/labkit/llama-build.json"
+    if [ -n "$build_pid" ]; then
+        log "waiting for the llama.cpp build"
+        wait "$build_pid" || { log "the llama.cpp build failed: see $NATIVE_DIR/build.log (a rerun of make setup resumes it)"; exit 1; }
+    fi
+    native link
     echo "$stamp_src" > "$VENV/.labkit-stamp"
+    log "done"
 fi
 
 # The notebooks' kernel: `labkit`, this venv's interpreter (make lab, and the notebooks'

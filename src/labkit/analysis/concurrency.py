@@ -16,7 +16,7 @@ from labkit.analysis import decide
 
 COLUMNS = ["c", "k", "drafter", "engine", "agg_tok_s", "per_stream_tok_s", "ttft_p50_ms", "ttft_p95_ms",
            "ttlt_p50_ms", "ttlt_p95_ms", "acceptance", "rows_per_step", "speedup", "lossless"]
-EXTRA = ["agg_tok_s_min", "agg_tok_s_max", "runs", "agg_runs"]
+EXTRA = ["agg_tok_s_min", "agg_tok_s_max", "runs", "agg_runs", "agg_decode_runs", "draft_steps", "accepted_per_pos"]
 
 
 def table(*results: dict | None) -> pd.DataFrame:

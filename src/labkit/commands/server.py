@@ -1,10 +1,10 @@
-"""``labkit server build|info``: llama.cpp's own llama-server, built from the wheel's sources.
+"""``labkit server build|info``: llama.cpp's own llama-server, from the one llama.cpp build.
 
-build: download the llama-cpp-python sdist of the installed version, build
-       ``llama-server`` from its vendored llama.cpp with the wheel's CMake flags, and
-       cache it per machine (~/.cache/labkit/llama-server-<key>/, with a build.json
-       naming the commit and flags). Several minutes on 2 cores, once; a cached build
-       is reused unless --force.
+build: ``make setup`` already built llama.cpp once for this machine (the libraries the
+       Python engine loads and the tools: llama-server, llama-bench, llama-batched-bench,
+       llama-lookup; ~/.cache/labkit/llama.cpp-<version>-<key>/, with a build.json naming
+       the commit, flags and every file's sha256). Then this is a no-op (``cached: true``);
+       it builds only what is missing, and --force starts the build over.
 info:  the cached build for this machine, or how to make it (exit 1 if there is none).
 """
 
@@ -23,7 +23,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="what", required=True)
     b = sub.add_parser("build", help="build (or find cached) llama-server for this machine")
     b.add_argument("--force", action="store_true", help="rebuild even if a cached build exists")
-    b.add_argument("--jobs", type=int, default=2, help="parallel compile jobs (default 2)")
+    b.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: every core)")
     sub.add_parser("info", help="the cached build, if any")
     return p
 
@@ -31,7 +31,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
     if args.what == "build":
-        if args.jobs < 1:
+        if args.jobs is not None and args.jobs < 1:
             raise LabkitError(f"--jobs {args.jobs}", "use --jobs >= 1")
         emit(server_build.build(force=args.force, jobs=args.jobs, progress=progress))
         return 0

@@ -112,6 +112,10 @@ class Recipe:
     # rounds at kv_depth), or "error"
     policy_verify: str = "measure"
     policy_verify_rounds: int = 8
+    # 01's cross-check against llama.cpp's own llama-bench on the same build: rounds of both arms
+    # (alternating which goes first), and the tolerance within which they agree (0.10: ±10%)
+    crosscheck_rounds: int = 5
+    crosscheck_tolerance: float = 0.10
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -125,13 +129,16 @@ class Recipe:
 
     RUN_CONTROL_FIELDS = ("cell_timeout_s", "run_timeout_s", "max_busy")
     POLICY_FIELDS = ("policy", "policy_k_max", "policy_verify", "policy_verify_rounds")
+    # the cross-check's settings at their defaults leave a recipe's hash as it was before them
+    CROSSCHECK_DEFAULTS = {"crosscheck_rounds": 5, "crosscheck_tolerance": 0.10}
 
     @property
     def hash(self) -> str:
         """sha256 of the normalised recipe fields (not of the YAML text; not of the
         RUN_CONTROL_FIELDS), 12 hex digits."""
         d = {k: v for k, v in self.to_dict().items() if k not in self.RUN_CONTROL_FIELDS
-             and not (k in self.POLICY_FIELDS and self.policy is None)}  # recipes without a policy keep their hash
+             and not (k in self.POLICY_FIELDS and self.policy is None)  # recipes without a policy keep their hash
+             and not (k in self.CROSSCHECK_DEFAULTS and v == self.CROSSCHECK_DEFAULTS[k])}
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -233,6 +240,12 @@ class Recipe:
         if self.policy is not None:
             if self.policy not in policies.POLICIES:
                 bad(f"unknown policy {self.policy!r}", f"use one of {policies.names()} (or k: auto), or null")
+        if self.crosscheck_rounds < 2:
+            bad(f"crosscheck_rounds = {self.crosscheck_rounds}: one round gives the ratio no interval",
+                "use crosscheck_rounds >= 2 (5 is the default), or 0 verify rounds to skip 01")
+        if not 0 < self.crosscheck_tolerance < 0.5:
+            bad(f"crosscheck_tolerance = {self.crosscheck_tolerance} is outside (0, 0.5)",
+                "use a fraction such as crosscheck_tolerance: 0.10 (labkit within ±10% of llama-bench)")
         if self.policy_k_max < 1:
             bad(f"policy_k_max = {self.policy_k_max}",
                 "use policy_k_max >= 1 (e.g. 8): the longest draft the policy may choose")

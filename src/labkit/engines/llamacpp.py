@@ -82,9 +82,34 @@ def build_info() -> dict:
         info.update(json.loads(path.read_text()))
     else:
         info["cmake_args"] = "unknown: llama-cpp-python was not built by labkit's setup"
+    info.update(_loaded_lib())
     info["system_info"] = lc.llama_print_system_info().decode().strip()
     info["gpu_offload_supported"] = bool(lc.llama_supports_gpu_offload())
     return info
+
+
+_WARNED: set = set()
+
+
+def _loaded_lib() -> dict:
+    """The libllama this process loaded (path, sha256) and whether it is the file the tools
+    of labkit's one llama.cpp build link (``artifacts.native``); a different one
+    (``LLAMA_CPP_LIB_PATH`` set to another build) is recorded and warned about once."""
+    from labkit.engines import native
+
+    try:
+        import llama_cpp.llama_cpp as low
+
+        path = low._lib._name
+    except (ImportError, AttributeError):
+        return {"lib_path": None, "one_build": None}
+    out = native.loaded(path)
+    if not out["one_build"] and out["lib_path"] not in _WARNED:
+        _WARNED.add(out["lib_path"])
+        print(f"WARNING: {out['one_build_why']}; labkit's numbers and the llama.cpp tools' (llama-server, "
+              "llama-bench) are then not from one build. Unset LLAMA_CPP_LIB_PATH (or run `make setup`) to "
+              "compare one build.", file=sys.stderr)
+    return out
 
 
 class LlamaVocab:

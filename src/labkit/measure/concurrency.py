@@ -41,6 +41,12 @@ DEFAULT_C = (1, 2, 4, 8)
 AA_ARM = -1  # the A/A control's key among the (c, k) arms: a plain arm measured a second time
 
 
+def sum_per_pos(lists: Sequence[Sequence[int]]) -> list[int]:
+    """Per-position counts summed over runs (lists of unequal length padded with 0)."""
+    n = max((len(x) for x in lists), default=0)
+    return [int(sum(x[i] for x in lists if i < len(x))) for i in range(n)]
+
+
 def pct(values: Sequence[float], q: float) -> float | None:
     v = [x for x in values if x is not None]
     return float(np.percentile(v, q)) if v else None
@@ -62,6 +68,10 @@ def run_stats(records: Sequence[StreamRecord]) -> dict:
     dec = [r for r in records if r.batch_step >= 0]
     drafted = sum(r.drafted for r in dec)
     accepted = sum(r.accepted for r in dec)
+    # llama-server's per-position counters, counted the same way: over the steps that verified
+    # a draft, how many accepted more than i drafted tokens
+    spec = [r for r in dec if r.drafted > 0]
+    per_pos = [sum(1 for r in spec if r.accepted > i) for i in range(max((r.drafted for r in spec), default=0))]
     batches: dict[int, StreamRecord] = {}
     draft_ms: dict[int, float] = {}
     accept_ms: dict[int, float] = {}
@@ -85,6 +95,8 @@ def run_stats(records: Sequence[StreamRecord]) -> dict:
         "drafted": drafted,
         "accepted": accepted,
         "acceptance": accepted / drafted if drafted else None,
+        "draft_steps": len(spec),
+        "accepted_per_pos": per_pos,
         "stream_steps": len(dec),
         "tokens_per_stream_step": dec_tokens / len(dec) if dec else None,
         "drafted_per_stream_step": drafted / len(dec) if dec else None,
@@ -286,6 +298,9 @@ def _row(c: int, k: int, res: list[dict], loss: list[dict] | None, drafter: str)
         "agg_tok_s": agg["median"], "agg_tok_s_min": agg["min"], "agg_tok_s_max": agg["max"],
         "agg_runs": agg["values"],
         "agg_decode_tok_s": spread([x["agg_decode_tok_s"] for x in res])["median"],
+        "agg_decode_runs": [x["agg_decode_tok_s"] for x in res],
+        "draft_steps": sum(x.get("draft_steps", 0) for x in res),
+        "accepted_per_pos": sum_per_pos([x.get("accepted_per_pos") or [] for x in res]),
         "per_stream_tok_s": per["median"], "per_stream_tok_s_min": per["min"], "per_stream_tok_s_max": per["max"],
         "ttft_p50_ms": pct(ttft, 50), "ttft_p95_ms": pct(ttft, 95),
         "ttlt_p50_ms": pct(ttlt, 50), "ttlt_p95_ms": pct(ttlt, 95),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -36,7 +37,7 @@ import numpy as np
 from labkit.analysis.stats import spread
 from labkit.errors import LabkitError
 from labkit.measure import order
-from labkit.measure.concurrency import pct
+from labkit.measure.concurrency import pct, sum_per_pos
 from labkit.measure.verify_cost import Progress
 
 SPEC_TYPES = ("ngram-simple", "ngram-cache", "draft-simple", "draft-mtp")
@@ -80,7 +81,8 @@ def server_args(*, model: str, port: int, c: int, n_ctx_per_slot: int, threads: 
     """
     args = ["-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-np", str(c),
             "-c", str(n_ctx_per_slot * c), "-t", str(threads), "-tb", str(threads),
-            "--swa-full", "--kv-unified" if kv_unified else "--no-kv-unified", "--cache-ram", "0", "--no-webui"]
+            "--swa-full", "--kv-unified" if kv_unified else "--no-kv-unified", "--cache-ram", "0", "--no-webui",
+            "--metrics"]  # /metrics: llama-server's own counters, per-position acceptance among them
     if spec_type and k > 0:
         if spec_type not in SPEC_TYPES:
             raise LabkitError(f"unknown spec type {spec_type!r}", f"use one of {', '.join(SPEC_TYPES)}")
@@ -328,7 +330,9 @@ def bench_serve(
                     except (OSError, _HTTPError, http.client.HTTPException, ValueError) as e:
                         raise srv.fail(f"llama-server's warm-up request failed: {e}",
                                        "read the log tail above") from None
+                    before = spec_metrics(srv)
                     kept = drive(srv, reqs, c=c, max_tokens=max_tokens, deadline_s=deadline_s)
+                    counters = metrics_delta(before, spec_metrics(srv))
             except ServerError as e:
                 # what the finished arms measured travels with the error
                 e.partial = {f"c{a[0]}_k{a[1]}": v for a, v in results.items() if v}
@@ -336,7 +340,9 @@ def bench_serve(
                 raise
             finally:
                 srv.cleanup()
-            s = arm_stats(kept)
+            s = {**arm_stats(kept), "server_draft_steps": counters.get("drafts"),
+                 "server_accepted_per_pos": counters.get("per_pos"),
+                 "server_draft_tokens": counters.get("draft_tokens"), "server_accepted": counters.get("accepted")}
             results[(c, k)].append(s)
             outputs[(c, k)].append({x["request"]: x["tokens"] for x in kept})
             if progress:
@@ -353,6 +359,52 @@ def bench_serve(
             "request_prompts": [i % len(prompts) for i in range(n)]}
 
 
+def parse_metrics(text: str) -> dict:
+    """The speculative counters of llama-server's Prometheus text (``--metrics``): drafts
+    (verification steps), draft_tokens, accepted, and per_pos (accepted tokens per draft
+    position, ``llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``)."""
+    names = {"llamacpp:spec_decode_num_drafts_total": "drafts",
+             "llamacpp:spec_decode_num_draft_tokens_total": "draft_tokens",
+             "llamacpp:spec_decode_num_accepted_tokens_total": "accepted"}
+    out: dict = {"per_pos": {}}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^(\S+?)(?:\{position="(\d+)"\})?\s+(\S+)$', line)
+        if not m:
+            continue
+        name, pos, value = m.group(1), m.group(2), float(m.group(3))
+        if name == "llamacpp:spec_decode_num_accepted_tokens_per_pos_total" and pos is not None:
+            out["per_pos"][int(pos)] = value
+        elif name in names:
+            out[names[name]] = value
+    return out
+
+
+def spec_metrics(srv: Server) -> dict | None:
+    """/metrics now, parsed; None when the server does not serve it."""
+    try:
+        status, body = srv.get("/metrics")
+    except OSError:
+        return None
+    return parse_metrics(body.decode(errors="replace")) if status == 200 else None
+
+
+def metrics_delta(before: dict | None, after: dict | None) -> dict:
+    """What one arm added to the counters: ``per_pos`` as a list by position."""
+    if after is None:
+        return {}
+    b = before or {"per_pos": {}}
+    n = max(after["per_pos"], default=-1) + 1
+    return {**{k: int(after.get(k, 0) - b.get(k, 0)) for k in ("drafts", "draft_tokens", "accepted") if k in after},
+            "per_pos": [int(after["per_pos"].get(i, 0) - b["per_pos"].get(i, 0)) for i in range(n)]}
+
+
+def _total(values) -> int | None:
+    v = [x for x in values if x is not None]
+    return int(sum(v)) if v else None
+
+
 def _row(c: int, k: int, res: list[dict], spec_type: str) -> dict:
     agg = spread([x["agg_tok_s"] for x in res])
     per = spread([x["per_stream_tok_s"] for x in res])
@@ -365,4 +417,8 @@ def _row(c: int, k: int, res: list[dict], spec_type: str) -> dict:
             "ttlt_p50_ms": pct(ttlt, 50), "ttlt_p95_ms": pct(ttlt, 95),
             "acceptance": accepted / drafted if drafted else None, "drafted": drafted, "accepted": accepted,
             "rows_per_step": None, "runs": len(res), "lossless": None,
+            "agg_decode_runs": [x.get("agg_decode_tok_s") for x in res],
+            # llama-server's own /metrics counters for this arm (warm-up excluded)
+            "draft_steps": _total([x.get("server_draft_steps") for x in res]),
+            "accepted_per_pos": sum_per_pos([x.get("server_accepted_per_pos") or [] for x in res]),
             "requests": sum(x["requests"] for x in res)}

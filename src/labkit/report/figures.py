@@ -79,8 +79,13 @@ def png_lab_id(path: Path) -> str | None:
 
 # -- the plots --------------------------------------------------------------------------
 @register("verify_cost")
-def plot_verify_cost(data: pd.DataFrame, *, fit: dict | None = None, title: str = "verify(m)", H_ms=None):
-    """Every verify sample per m, the median per m, and the fitted a + b*m with its CI band."""
+def plot_verify_cost(data: pd.DataFrame, *, fit: dict | None = None, title: str = "verify(m)", H_ms=None,
+                     bench: pd.DataFrame | None = None):
+    """Every verify sample per m, the median per m, and the fitted a + b*m with its CI band.
+
+    ``bench`` (``analysis.crosscheck.agreement``): llama-bench's prompt batch of m (one
+    logit row) on the same build, and labkit's one-logit decode beside it; a judged row that
+    disagrees is marked and named in the legend (a finding is shown, not hidden)."""
     import seaborn as sns
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -102,6 +107,18 @@ def plot_verify_cost(data: pd.DataFrame, *, fit: dict | None = None, title: str 
         drawn = drawn.merge(pd.DataFrame({"m": ms, "fit_ms": line, "fit_lo": lo, "fit_hi": hi}), on="m", how="outer")
     if H_ms is not None:
         ax.axhline(H_ms, ls=":", color="C2", label=f"plain step H = {H_ms:.1f} ms")
+    if bench is not None and not bench.empty:
+        pp = bench[bench["judged"] & ~bench["quantity"].str.startswith("plain step")].sort_values("m")
+        if len(pp):
+            ax.plot(pp["m"], pp["llama_bench_ms"], "^", color="C3", ms=7, label="llama-bench pp m (1 logit row)")
+            ax.plot(pp["m"], pp["labkit_ms"], "v", color="C4", ms=6, mfc="none", label="labkit, m rows, 1 logit row")
+            bad = pp[pp["verdict"] == "disagree"]
+            if len(bad):
+                ax.plot(bad["m"], bad["llama_bench_ms"], "x", color="red", ms=12, mew=2,
+                        label=f"disagree beyond ±{bad['tolerance'].iloc[0]:.0%}: m={', '.join(map(str, bad['m']))}")
+            drawn = drawn.merge(pp[["m", "llama_bench_ms", "labkit_ms", "ratio", "lo", "hi", "verdict"]].rename(
+                columns={"labkit_ms": "labkit_1logit_ms", "ratio": "bench_ratio", "lo": "bench_lo",
+                         "hi": "bench_hi", "verdict": "bench_verdict"}), on="m", how="outer")
     ax.set_xticks(sorted(data["m"].unique()))
     ax.set_xlabel("rows verified m = k + 1")
     ax.set_ylabel("ms per verify")

@@ -112,8 +112,15 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
     commit = t.get("engine.commit") or build.get("llama_cpp_commit")
     text = (f"{t.get('engine')} {t.get('engine.version')}" + (f", llama.cpp commit {commit}" if commit else "")
             if t.get("engine") else evidence.no_data("the sweep run has no engine tags"))
+    cost = evidence.newest(c, "01_cost_fit", recipe)
+    xline = cost.tags.get("crosscheck.line") if cost.run is not None else None
+    xcheck = (f"; vs llama-bench: {xline} [{cost.id}]" if xline else
+              "; " + evidence.no_data("no llama-bench cross-check (run labkit reproduce --only 01_cost_fit)"))
+    one = build.get("one_build")
+    lib = ("" if one is None else "; one build: Python's libllama is the tools' (sha256 "
+           f"{str(build.get('lib_sha256'))[:12]})" if one else f"; NOT one build: {build.get('one_build_why')}")
     add(ITEMS[0], text, text, f"flags: {t.get('engine.flags') or '-'}; threads {t.get('engine.threads', '-')}; "
-        "same build for both columns", sid)
+        "same build for both columns" + lib + xcheck, sid)
     model = eng.get("model") or {}
     path = eng.get("model_path") or model.get("path")
     quant = eng.get("model_desc") or model.get("ftype") or evidence.no_data("no model description")

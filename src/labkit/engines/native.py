@@ -1,0 +1,419 @@
+"""llama.cpp, built once per machine for everything labkit runs.
+
+One CMake build of the llama-cpp-python sdist's ``vendor/llama.cpp`` (the pinned version,
+hence one commit), with the portable flags of scripts/setup.sh, gives the shared
+libraries *and* the tools labkit drives. llama-cpp-python is installed without a native
+build of its own (``CMAKE_ARGS=-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF``: its CMakeLists then
+compiles nothing) and its ``llama_cpp/lib`` holds links to this build's libraries, so the
+``libllama.so`` Python loads is the very file ``llama-server`` and ``llama-bench`` load
+(every target is linked with RPATH ``$ORIGIN`` and lives in one ``bin/``)::
+
+    ~/.cache/labkit/llama.cpp-<version>-<key>/
+        src/         the sdist's llama.cpp sources (kept: a missing tool is rebuilt alone)
+        build/bin/   libllama.so, libggml*.so, libmtmd.so, llama-server, llama-bench, ...
+        build.log    every command and its output
+        build.json   written last: version, commit, flags, sha256 of every library and tool
+
+    key = sha256(version | flags | the build's own CMake options | machine)[:12]
+
+A build without build.json is unfinished (interrupted, failed): it is never used, and
+the next ``build`` resumes it (CMake rebuilds only what is missing). A library whose
+checksum no longer matches build.json is a damaged cache: the build is started over.
+
+stdlib only, so scripts/setup.sh runs it before labkit is installed::
+
+    PYTHONPATH=src python3 src/labkit/engines/native.py build [--jobs N]   (numpy-free: a file, not -m)
+    python -m labkit.engines.native link      # llama_cpp/lib -> this build (after pip install)
+    python -m labkit.engines.native status
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from labkit.errors import LabkitError
+from labkit.paths import cache_dir
+
+VERSION = "0.3.36"  # llama-cpp-python; its sdist pins llama.cpp's commit
+# the -march=native build segfaults in ggml's AMX matmul on CPUs that report AMX (shared/FACTS.md)
+PORTABLE_FLAGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+# what llama-cpp-python's own CMakeLists sets for its build (shared libs, common, no curl), and
+# what the tools need: no web UI download, no TLS (nothing is fetched at build or run time),
+# every target in one bin/ that finds its libraries beside itself
+BUILD_FLAGS = ("-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_COMMON=ON -DLLAMA_CURL=OFF "
+               "-DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TESTS=OFF "
+               "-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF "
+               "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH=$ORIGIN")
+LIBS = ("llama", "ggml", "ggml-base", "ggml-cpu", "mtmd")  # the targets llama-cpp-python ships
+TOOLS = ("llama-server", "llama-bench", "llama-batched-bench", "llama-lookup")
+PYTHON_ARGS = "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"  # llama-cpp-python, installed over this build
+# CMake's "Building"/"Linking" lines in a full build of these targets at this version (counted
+# in the first build's log); only the progress estimate uses it
+STEPS = 215
+
+Progress = Callable[[str], None] | None
+
+
+def flags() -> tuple[str, str]:
+    """(the ggml CMake flags, where they came from): the installed build's, else
+    $LLAMA_CMAKE_ARGS, else setup.sh's default (portable x86-64; Apple's own default)."""
+    forced = os.environ.get("LABKIT_LLAMA_FLAGS")  # `native --flags` (scripts/setup.sh)
+    if forced is not None:
+        return forced, "scripts/setup.sh"
+    path = Path(sys.prefix) / "share" / "labkit" / "llama-build.json"
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())["cmake_args"], str(path)
+        except (ValueError, KeyError):
+            pass
+    env = os.environ.get("LLAMA_CMAKE_ARGS")
+    if env is not None:
+        return env, "env LLAMA_CMAKE_ARGS"
+    return ("" if platform.system() == "Darwin" else PORTABLE_FLAGS), "scripts/setup.sh default"
+
+
+def key(ggml_flags: str, *, version: str = VERSION) -> str:
+    return hashlib.sha256(f"{version}|{ggml_flags}|{BUILD_FLAGS}|{platform.machine()}".encode()).hexdigest()[:12]
+
+
+def build_dir(ggml_flags: str | None = None) -> Path:
+    ggml_flags = flags()[0] if ggml_flags is None else ggml_flags
+    return cache_dir() / f"llama.cpp-{VERSION}-{key(ggml_flags)}"
+
+
+def lib_name(base: str) -> str:
+    return f"lib{base}.dylib" if sys.platform == "darwin" else f"lib{base}.so"
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _artifacts(bindir: Path) -> dict[str, Path]:
+    """name -> file for every library and tool this build is expected to hold."""
+    return {**{lib_name(b): bindir / lib_name(b) for b in LIBS}, **{t: bindir / t for t in TOOLS}}
+
+
+def find(d: Path | None = None, *, verify: bool = False) -> dict | None:
+    """The finished build (its build.json plus ``dir``, ``bin``), or None. ``verify``
+    re-checksums the libraries and tools against build.json (a damaged cache raises)."""
+    d = build_dir() if d is None else d
+    meta = d / "build.json"
+    if not meta.is_file():
+        return None
+    info = json.loads(meta.read_text())
+    bindir = d / "build" / "bin"
+    missing = [n for n, p in _artifacts(bindir).items() if not p.is_file()]
+    if missing:
+        return {**info, "dir": str(d), "bin": str(bindir), "missing": missing}
+    if verify:
+        bad = [n for n, want in info.get("sha256", {}).items()
+               if (bindir / n).is_file() and sha256((bindir / n).resolve()) != want]
+        if bad:
+            raise DamagedBuild(d, bad)
+    return {**info, "dir": str(d), "bin": str(bindir), "missing": []}
+
+
+class DamagedBuild(LabkitError):
+    def __init__(self, d: Path, files: list[str]):
+        super().__init__(f"the cached llama.cpp build in {d} is damaged: {', '.join(files)} no longer match "
+                         "the checksums its build.json recorded",
+                         "labkit rebuilds it from its sources (`make setup` or `labkit server build --force`)")
+        self.dir, self.files = d, files
+
+
+def tool(name: str) -> Path:
+    """The path of one tool of this machine's build, or a LabkitError saying how to make it."""
+    info = find()
+    if info is None or name in info.get("missing", []):
+        raise LabkitError(f"{name} is not built for this machine (looked in {build_dir()})",
+                          "run `make setup` (or `labkit server build`): one build of llama.cpp gives the "
+                          "libraries and every tool")
+    return Path(info["bin"]) / name
+
+
+def say(progress: Progress, msg: str) -> None:
+    if progress:
+        progress(msg)
+
+
+def _run(cmd: list[str], log: Path, *, cwd: Path | None = None, watch: Callable[[str], None] | None = None) -> None:
+    with open(log, "a") as f:
+        f.write(f"\n$ {' '.join(cmd)}\n")
+        f.flush()
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             errors="replace")
+        try:
+            for line in p.stdout:
+                f.write(line)
+                f.flush()  # `tail -f build.log` follows the compile
+                if watch:
+                    watch(line)
+            rc = p.wait()
+        except BaseException:  # Ctrl-C: stop the compiler too; the unfinished build is resumed later
+            p.kill()
+            p.wait()
+            raise
+    if rc != 0:
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-25:])
+        raise LabkitError(f"`{' '.join(cmd[:4])} ...` failed (exit {rc}); log tail:\n{tail}",
+                          f"read the full log {log}; cmake and a C++ compiler are needed "
+                          "(Debian: apt-get install -y cmake g++)")
+
+
+def _sdist(cache: Path, log: Path, progress: Progress) -> Path:
+    """The llama-cpp-python sdist (downloaded once into ``cache/sdist``)."""
+    d = cache / "sdist"
+    hit = sorted(d.glob(f"llama_cpp_python-{VERSION}.tar.gz"))
+    if hit:
+        return hit[0]
+    say(progress, f"downloading the llama-cpp-python {VERSION} sdist")
+    d.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=d) as tmp:
+        _run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
+              f"llama-cpp-python=={VERSION}", "-d", tmp], log)
+        got = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+        os.replace(got, d / got.name)
+    return d / got.name
+
+
+class _Meter:
+    """A progress line every ``every_s`` while compiling: the build steps done (CMake's
+    "Building ..." and "Linking ..." lines), the elapsed time and an estimate of the time
+    left from the steps this build takes (``expected``: a finished build's count on this
+    machine, else this version's own). CMake's own ``[ 42%]`` restarts for each target when
+    several are built, so it is not used."""
+
+    def __init__(self, progress: Progress, log: Path, *, expected: int | None, every_s: float = 30.0):
+        self.progress, self.log, self.every_s, self.expected = progress, log, every_s, expected
+        self.t0 = self.last = time.perf_counter()
+        self.steps = 0
+
+    def __call__(self, line: str) -> None:
+        if re.match(r"\[\s*\d+%\] (Building|Linking)", line):
+            self.steps += 1
+        now = time.perf_counter()
+        if self.progress and now - self.last >= self.every_s and self.steps:
+            self.last = now
+            el = now - self.t0
+            if self.expected and self.steps < self.expected:
+                left = el / self.steps * (self.expected - self.steps)
+                self.progress(f"compiling: step {self.steps} of ~{self.expected} after {_mmss(el)}, "
+                              f"about {_mmss(left)} left (log: {self.log})")
+            else:
+                self.progress(f"compiling: step {self.steps} after {_mmss(el)} (log: {self.log})")
+
+
+def _expected_steps() -> int:
+    """Build steps of a full build: the newest finished build's count on this machine, else
+    the count of this version's build (STEPS)."""
+    for meta in sorted(cache_dir().glob(f"llama.cpp-{VERSION}-*/build.json"), key=lambda p: p.stat().st_mtime,
+                       reverse=True):
+        try:
+            n = json.loads(meta.read_text()).get("steps")
+        except ValueError:
+            continue
+        if n:
+            return int(n)
+    return STEPS
+
+
+def _mmss(s: float) -> str:
+    return f"{int(s // 60)}m{int(s % 60):02d}s"
+
+
+def build(*, force: bool = False, jobs: int | None = None, progress: Progress = None,
+          sdist: Path | None = None) -> dict:
+    """Build (or find) this machine's llama.cpp; returns build.json plus ``dir``, ``bin``
+    and ``cached`` (True when nothing was compiled)."""
+    ggml_flags, flags_from = flags()
+    d = build_dir(ggml_flags)
+    if not force:
+        try:
+            info = find(d, verify=True)
+        except DamagedBuild as e:
+            say(progress, f"{e.problem}; rebuilding from scratch")
+            shutil.rmtree(d, ignore_errors=True)
+            info = None
+        if info is not None and not info["missing"]:
+            return {**info, "cached": True}
+        if info is not None:
+            say(progress, f"the cached build in {d} lacks {', '.join(info['missing'])}: building just those")
+            (d / "build.json").unlink()  # unfinished again until the missing targets exist
+    elif d.exists():
+        shutil.rmtree(d)
+    jobs = jobs or os.cpu_count() or 2
+    d.mkdir(parents=True, exist_ok=True)
+    log = d / "build.log"
+    resumed = (d / "build" / "CMakeCache.txt").is_file()
+    if resumed:
+        say(progress, f"resuming the unfinished build in {d} (it has no build.json; CMake rebuilds what is missing)")
+    for exe in ("cmake", "c++"):
+        if shutil.which(exe) is None:
+            raise LabkitError(f"{exe} is not installed", "apt-get install -y cmake g++ (or your OS's equivalent)")
+    stages: dict[str, float] = {}
+    t0 = t = time.perf_counter()
+    src = d / "src"
+    if not (src / "CMakeLists.txt").is_file():
+        tar = sdist or _sdist(cache_dir(), log, progress)
+        shutil.rmtree(src, ignore_errors=True)
+        with tempfile.TemporaryDirectory(dir=d) as tmp, tarfile.open(tar) as tf:
+            tf.extractall(tmp, filter="data")
+            top = next(Path(tmp).glob("llama_cpp_python-*/"))
+            head = top / ".git" / "modules" / "vendor" / "llama.cpp" / "HEAD"
+            (d / "commit").write_text(head.read_text().strip() if head.is_file() else "unknown")
+            os.replace(top / "vendor" / "llama.cpp", src)
+    commit = (d / "commit").read_text().strip() if (d / "commit").is_file() else "unknown"
+    stages["source_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    say(progress, f"configuring llama.cpp {commit[:7]} with {ggml_flags or '(default flags)'} (log: {log})")
+    _run(["cmake", "-S", str(src), "-B", str(d / "build"), *ggml_flags.split(), *BUILD_FLAGS.split()], log)
+    stages["configure_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    targets = [*LIBS, *TOOLS]
+    say(progress, f"compiling {', '.join(targets)} with {jobs} jobs: one build for the Python engine and the tools "
+                  f"(about 6 to 15 minutes on 2 cores; log: {log})")
+    meter = _Meter(progress, log, expected=None if resumed else _expected_steps())
+    _run(["cmake", "--build", str(d / "build"), "--target", *targets, f"-j{jobs}"], log, watch=meter)
+    stages["compile_s"] = round(time.perf_counter() - t, 1)
+    bindir = d / "build" / "bin"
+    files = _artifacts(bindir)
+    missing = [n for n, p in files.items() if not p.is_file()]
+    if missing:
+        raise LabkitError(f"the build finished but {', '.join(missing)} are not in {bindir}", f"read {log}")
+    info = {
+        "llama_cpp_python": VERSION,
+        "llama_cpp_commit": commit,
+        "cmake_args": ggml_flags,
+        "cmake_args_from": flags_from,
+        "build_cmake_args": BUILD_FLAGS,
+        "machine": platform.machine(),
+        "host": platform.node(),
+        "jobs": jobs,
+        "resumed": resumed,
+        "stages": stages,
+        "steps": meter.steps if not resumed else None,
+        "build_s": round(time.perf_counter() - t0, 1),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "sha256": {n: sha256(p.resolve()) for n, p in files.items()},
+    }
+    (d / "build.json").write_text(json.dumps(info, indent=2))  # last: the build is finished
+    say(progress, f"built llama.cpp {commit[:7]} in {_mmss(info['build_s'])} ({d})")
+    return {**info, "dir": str(d), "bin": str(bindir), "missing": [], "cached": False}
+
+
+def python_lib_dir() -> Path:
+    """The installed llama_cpp package's ``lib`` directory (found without importing it:
+    the import needs the libraries this module links)."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise LabkitError("llama-cpp-python is not installed in this environment", "run `make setup`")
+    return Path(list(spec.submodule_search_locations)[0]) / "lib"
+
+
+def link(*, progress: Progress = None) -> dict:
+    """Point the installed llama-cpp-python at this machine's build: ``llama_cpp/lib``'s
+    libraries become links to ``build/bin`` (the same files the tools load), and the build's
+    record is copied to ``share/labkit/llama-build.json``."""
+    info = find(verify=True)
+    if info is None or info["missing"]:
+        raise LabkitError(f"no finished llama.cpp build in {build_dir()}", "run `make setup`")
+    bindir = Path(info["bin"])
+    lib = python_lib_dir()
+    lib.mkdir(parents=True, exist_ok=True)
+    for old in lib.iterdir():
+        if old.is_symlink() or old.name.startswith("lib"):
+            old.unlink()
+    linked = []
+    for so in sorted(bindir.iterdir()):
+        if so.name.startswith("lib") and (".so" in so.name or so.suffix == ".dylib"):
+            (lib / so.name).symlink_to(so)
+            linked.append(so.name)
+    share = Path(sys.prefix) / "share" / "labkit"
+    share.mkdir(parents=True, exist_ok=True)
+    (share / "llama-build.json").write_text(json.dumps({**{k: v for k, v in info.items() if k != "missing"},
+                                                        "python_lib_dir": str(lib)}, indent=2))
+    say(progress, f"llama-cpp-python loads {bindir / lib_name('llama')} ({len(linked)} libraries linked into {lib})")
+    return {"lib_dir": str(lib), "linked": linked, "bin": str(bindir)}
+
+
+def loaded(lib_path: str | Path) -> dict:
+    """Which build a loaded ``libllama`` is: its path and checksum, and whether it is this
+    machine's labkit build (the one the tools link) or another (``LLAMA_CPP_LIB_PATH``)."""
+    real = Path(lib_path).resolve()
+    out = {"lib_path": str(real), "lib_sha256": sha256(real) if real.is_file() else None,
+           "lib_path_env": os.environ.get("LLAMA_CPP_LIB_PATH")}
+    info = find()
+    ours = (Path(info["bin"]) / lib_name("llama")).resolve() if info else None
+    out["one_build"] = ours is not None and real == ours and out["lib_sha256"] == info["sha256"].get(lib_name("llama"))
+    out["tools_dir"] = info["bin"] if info else None
+    if not out["one_build"]:
+        out["one_build_why"] = (
+            f"libllama loaded from {real}" + (f" (LLAMA_CPP_LIB_PATH={out['lib_path_env']})"
+                                              if out["lib_path_env"] else "")
+            + (f", not labkit's build {ours}: llama-server and llama-bench come from another build"
+               if ours else ": no labkit llama.cpp build on this machine (run `make setup`)"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m labkit.engines.native", description=__doc__.split("\n")[0])
+    ap.add_argument("--flags", default=None, help="the ggml CMake flags (scripts/setup.sh passes its own); "
+                                                  "default: the installed build's")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--jobs", type=int, default=None)
+    b.add_argument("--force", action="store_true")
+    sub.add_parser("link")
+    sub.add_parser("status")
+    sub.add_parser("dir")
+    a = ap.parse_args(argv)
+    if a.flags is not None:
+        os.environ["LABKIT_LLAMA_FLAGS"] = a.flags
+
+    def progress(m: str) -> None:
+        print(f"[native] {m}", file=sys.stderr, flush=True)
+
+    try:
+        if a.cmd == "build":
+            info = build(force=a.force, jobs=a.jobs, progress=progress)
+            progress("cached build, nothing compiled" if info["cached"] else "done")
+        elif a.cmd == "link":
+            link(progress=progress)
+        elif a.cmd == "status":
+            info = find()
+            print(json.dumps(info or {"built": False, "dir": str(build_dir())}, indent=2))
+            return 0 if info and not info["missing"] else 1
+        elif a.cmd == "dir":
+            print(build_dir())
+    except LabkitError as e:
+        print(f"error: {e.problem}\nfix: {e.fix}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"[native] interrupted: the unfinished build in {build_dir()} is resumed by the next `make setup`",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

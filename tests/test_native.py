@@ -1,0 +1,140 @@
+"""One llama.cpp build per machine, for the Python engine and the tools (engines/native.py).
+
+The real build (made by `make setup`) is checked as it is: Python's libllama is the file
+llama-server links. The cache's bad states (damaged, interrupted, a tool missing, another
+LLAMA_CPP_LIB_PATH) are made on copies, never on the real cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit.artifacts import server_build
+from labkit.engines import native
+from labkit.errors import LabkitError
+
+
+@pytest.fixture(scope="module")
+def built():
+    info = native.find(verify=True)
+    assert info is not None and not info["missing"], (
+        f"no finished llama.cpp build in {native.build_dir()}: `make setup` builds it")
+    return info
+
+
+def test_python_loads_the_very_libllama_the_tools_link(engine, built):
+    b = engine.describe()["build"]
+    lib = Path(built["bin"]) / native.lib_name("llama")
+    assert b["one_build"] is True, b.get("one_build_why")
+    assert Path(b["lib_path"]) == lib.resolve() and b["lib_sha256"] == built["sha256"]["libllama.so"]
+    # the dynamic linker resolves llama-server's libllama to the same file (RPATH $ORIGIN)
+    ldd = subprocess.run(["ldd", str(Path(built["bin"]) / "llama-server")], capture_output=True, text=True).stdout
+    hits = [ln.split("=>")[1].split("(")[0].strip() for ln in ldd.splitlines() if "libllama.so" in ln]
+    assert hits and Path(hits[0]).resolve() == lib.resolve(), ldd
+    # llama-cpp-python's own lib directory holds links into the build, not a copy of its own
+    assert (native.python_lib_dir() / "libllama.so").resolve() == lib.resolve()
+
+
+def test_every_file_is_recorded_with_its_checksum(built):
+    assert set(built["sha256"]) == {native.lib_name(x) for x in native.LIBS} | set(native.TOOLS)
+    assert len(built["llama_cpp_commit"]) == 40 and "GGML_NATIVE=OFF" in built["cmake_args"]
+    assert {"source_s", "configure_s", "compile_s"} <= set(built["stages"])
+
+
+def test_server_build_is_a_no_op_once_built(built):
+    info = server_build.build()
+    assert info["cached"] is True and info["path"] == str(Path(built["bin"]) / "llama-server")
+    assert server_build.find()["llama_cpp_commit"] == built["llama_cpp_commit"]
+
+
+def _fake_cache(tmp_path, monkeypatch) -> Path:
+    """A finished build's layout with small stand-in files (SYNTHETIC: no compile)."""
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path / "cache"))
+    d = native.build_dir()
+    bindir = d / "build" / "bin"
+    bindir.mkdir(parents=True)
+    sums = {}
+    for name in [native.lib_name(x) for x in native.LIBS] + list(native.TOOLS):
+        (bindir / name).write_bytes(name.encode())
+        sums[name] = native.sha256(bindir / name)
+    (d / "build.json").write_text(json.dumps({"llama_cpp_commit": "x" * 40, "cmake_args": "", "sha256": sums}))
+    return d
+
+
+def _no_cmake(monkeypatch, tmp_path):
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # the rebuild stops at its first step, before any compile
+
+
+def test_a_damaged_cache_is_named_and_rebuilt_from_scratch(tmp_path, monkeypatch):
+    d = _fake_cache(tmp_path, monkeypatch)
+    assert native.find(verify=True)["missing"] == []
+    (d / "build" / "bin" / "libllama.so").write_bytes(b"corrupted")
+    with pytest.raises(native.DamagedBuild) as e:
+        native.find(verify=True)
+    assert e.value.files == ["libllama.so"] and "libllama.so" in e.value.problem
+    said = []
+    _no_cmake(monkeypatch, tmp_path)
+    with pytest.raises(LabkitError, match="cmake is not installed"):
+        native.build(progress=said.append)
+    assert any("damaged" in s and "rebuilding from scratch" in s for s in said), said
+    assert not (d / "build.json").exists()  # the damaged build is gone, never used again
+
+
+def test_an_interrupted_build_is_never_used_and_is_resumed(tmp_path, monkeypatch):
+    d = _fake_cache(tmp_path, monkeypatch)
+    (d / "build.json").unlink()  # what Ctrl-C leaves: objects, no record
+    (d / "build" / "CMakeCache.txt").write_text("")
+    assert native.find() is None and server_build.find() is None
+    with pytest.raises(LabkitError, match="llama-server is not built"):
+        native.tool("llama-server")
+    said = []
+    _no_cmake(monkeypatch, tmp_path)
+    with pytest.raises(LabkitError, match="cmake is not installed"):
+        native.build(progress=said.append)
+    assert any("resuming the unfinished build" in s for s in said), said
+
+
+def test_a_tool_missing_from_an_old_cache_is_built_alone(tmp_path, monkeypatch):
+    d = _fake_cache(tmp_path, monkeypatch)
+    (d / "build" / "bin" / "llama-batched-bench").unlink()
+    assert native.find()["missing"] == ["llama-batched-bench"]
+    assert native.tool("llama-bench").is_file()
+    with pytest.raises(LabkitError, match="llama-batched-bench is not built") as e:
+        native.tool("llama-batched-bench")
+    assert "make setup" in e.value.fix
+    said = []
+    _no_cmake(monkeypatch, tmp_path)
+    with pytest.raises(LabkitError, match="cmake is not installed"):
+        native.build(progress=said.append)
+    assert any("lacks llama-batched-bench: building just those" in s for s in said), said
+
+
+def test_another_llama_cpp_lib_path_is_recorded_and_warned(built, tmp_path):
+    other = tmp_path / "other-build"
+    other.mkdir()
+    for so in Path(built["bin"]).glob("lib*.so*"):
+        shutil.copy2(so, other / so.name)  # the same bytes at another path: not the tools' file
+    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(other)}
+    p = subprocess.run([sys.executable, "-c", "import json; from labkit.engines.llamacpp import build_info; "
+                        "print(json.dumps(build_info()))"], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    assert info["one_build"] is False and info["lib_path"] == str((other / "libllama.so").resolve())
+    assert info["lib_path_env"] == str(other) and str(other) in info["one_build_why"]
+    assert "WARNING" in p.stderr and "LLAMA_CPP_LIB_PATH" in p.stderr
+
+
+def test_the_setup_entry_point_runs_without_numpy(tmp_path):
+    """scripts/setup.sh runs native.py as a file before the venv has any dependency."""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": "src", "LABKIT_CACHE": str(tmp_path), "HOME": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-S", "-B", "src/labkit/engines/native.py", "--flags", "",
+                        "status"], capture_output=True, text=True, env=env, cwd=Path(__file__).parents[1])
+    assert p.returncode == 1 and json.loads(p.stdout)["built"] is False, p.stderr
