@@ -86,7 +86,8 @@ lab.metric("verify/r2", fit.r2)
 lab.table("verify-fit", costmodel.fit_table(fit))
 
 # %%
-lab.figure("verify_cost", samples, name="cost-fit", fit=fit.to_dict(), H_ms=H["median"], bench=agree,
+lab.figure("verify_cost", samples, name="cost-fit", fit=fit.to_dict(), H_ms=H["median"],
+           bench=None if agree is None else agree.to_dict("records"),
            title=f"verify(m) · {R.model} · KV depth {R.kv_depth}",
            noise={"median_ms": ["min_ms", "max_ms"], "key": ["m"]})
 

@@ -87,3 +87,60 @@ def test_real_llama_bench_against_the_real_engine(engine):
     assert (judged["ratio"] > 0).all() and judged["verdict"].isin(["agree", "disagree", "undetermined"]).all()
     tags = crosscheck.tags(t, res)
     assert tags["crosscheck.verdict"] in ("agree", "disagree", "undetermined") and "llama-bench" in tags["crosscheck.line"]
+
+
+def test_parse_batched_reads_the_json_lines_among_the_log():
+    text = ("main: n_kv_max = 2048, n_batch = 2048\n"
+            '{"n_kv_max": 2048, "n_batch": 2048, "n_ubatch": 512, "flash_attn": -1, "is_pp_shared": 0, '
+            '"n_gpu_layers": 0, "n_threads": 2, "n_threads_batch": 2, "pp": 64, "tg": 32, "pl": 2, "n_kv": 192, '
+            '"t_pp": 0.5, "speed_pp": 256.0, "t_tg": 1.0, "speed_tg": 64.0, "t": 1.5, "speed": 128.0}\n')
+    df = crosscheck.parse_batched(text)
+    assert df.to_dict("records") == [{"pl": 2, "pp": 64, "tg": 32, "speed_tg": 64.0, "speed_pp": 256.0, "t_tg": 1.0}]
+    from labkit.errors import LabkitError
+
+    with pytest.raises(LabkitError, match="no result line"):
+        crosscheck.parse_batched("error: failed to load model\n")
+
+
+def test_batched_agreement_pairs_rounds_and_judges_each_c():
+    conc = pd.DataFrame([
+        {"engine": "labkit", "k": 0, "drafter": "none", "c": 1, "agg_decode_runs": [50.0, 51.0, 49.0]},
+        {"engine": "labkit", "k": 0, "drafter": "none", "c": 4, "agg_decode_runs": [130.0, 128.0, 131.0]},
+        {"engine": "labkit", "k": 0, "drafter": "aa", "c": 1, "agg_decode_runs": [50.0, 50.0, 50.0]},
+        {"engine": "llama-server", "k": 0, "drafter": "none", "c": 1, "agg_decode_runs": None}])
+    bench = pd.DataFrame([{"pl": c, "round": r, "speed_tg": v} for c, vals in ((1, [50.5, 50.2, 49.8]),
+                                                                               (4, [100.0, 101.0, 99.0]))
+                          for r, v in enumerate(vals)])
+    t = xc.batched_agreement(conc, bench)
+    assert t["c"].tolist() == [1, 4] and t["rounds"].tolist() == [3, 3]
+    assert t.set_index("c")["verdict"].to_dict() == {1: "agree", 4: "disagree"}
+    assert "c=4 disagree 1.30×" in xc.summary_batched(t)
+
+
+def test_acceptance_by_position_reads_both_engines_counters():
+    conc = pd.DataFrame([
+        {"engine": "labkit", "c": 2, "k": 3, "drafter": "ngram", "draft_steps": 10, "accepted_per_pos": [8, 5, 2]},
+        {"engine": "llama-server", "c": 2, "k": 3, "drafter": "ngram-simple", "draft_steps": 20,
+         "accepted_per_pos": [15, 10, 4]},
+        {"engine": "labkit", "c": 2, "k": 0, "drafter": "none", "draft_steps": 0, "accepted_per_pos": []}])
+    t = xc.acceptance_by_position(conc)
+    assert len(t) == 6 and t["position"].tolist() == [1, 2, 3, 1, 2, 3]
+    assert t["rate"].tolist() == [0.8, 0.5, 0.2, 0.75, 0.5, 0.2]
+    assert t[t["engine"] == "llama-server"]["source"].iloc[0] == "llama-server /metrics"
+
+
+def test_llama_server_metrics_text_is_parsed_and_differenced():
+    from labkit.measure import serve
+
+    def text(d, a, p):
+        return ("# HELP llamacpp:spec_decode_num_drafts_total x\n# TYPE llamacpp:spec_decode_num_drafts_total counter\n"
+                f"llamacpp:spec_decode_num_drafts_total {d}\nllamacpp:spec_decode_num_accepted_tokens_total {a}\n"
+                "llamacpp:spec_decode_num_draft_tokens_total 99\n"
+                + "".join(f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}\n'
+                          for i, v in enumerate(p)))
+
+    before = serve.parse_metrics(text(2, 1, [1]))
+    after = serve.parse_metrics(text(12, 9, [7, 2]))
+    assert after["drafts"] == 12 and after["per_pos"] == {0: 7.0, 1: 2.0}
+    assert serve.metrics_delta(before, after) == {"drafts": 10, "draft_tokens": 0, "accepted": 8, "per_pos": [6, 2]}
+    assert serve.metrics_delta(None, None) == {}

@@ -105,6 +105,15 @@ def test_spec_off_and_on_match_labkit_and_report_acceptance(server_binary, embed
         assert r["requests"] == 2 and r["agg_tok_s"] > 0
         assert (r["acceptance"] is None) == (k == 0) or r["drafted"] == 0
     assert sum(rows[(c, 3)]["drafted"] for c in (1, 2)) > 0  # the server drafted on the edit prompts
+    # llama-server's own /metrics counters (--metrics), the warm-up request excluded: per draft
+    # position, never more accepted than verification steps, and falling with position
+    for c in (1, 2):
+        r = rows[(c, 3)]
+        if r["draft_steps"]:
+            per = r["accepted_per_pos"]
+            assert 0 < len(per) <= 3 and all(0 <= n <= r["draft_steps"] for n in per)
+            assert per == sorted(per, reverse=True)
+    assert rows[(1, 0)]["accepted_per_pos"] == [] and not rows[(1, 0)]["draft_steps"]
     # greedy llama-server, spec off and on, gives labkit's single-stream plain output
     engine.reset()
     ref = {i: tokens_of(run(engine, p, max_tokens=16)) for i, p in enumerate(prompts)}

@@ -80,10 +80,10 @@ def png_lab_id(path: Path) -> str | None:
 # -- the plots --------------------------------------------------------------------------
 @register("verify_cost")
 def plot_verify_cost(data: pd.DataFrame, *, fit: dict | None = None, title: str = "verify(m)", H_ms=None,
-                     bench: pd.DataFrame | None = None):
+                     bench: list[dict] | pd.DataFrame | None = None):
     """Every verify sample per m, the median per m, and the fitted a + b*m with its CI band.
 
-    ``bench`` (``analysis.crosscheck.agreement``): llama-bench's prompt batch of m (one
+    ``bench`` (``analysis.crosscheck.agreement``'s rows as records): llama-bench's prompt batch of m (one
     logit row) on the same build, and labkit's one-logit decode beside it; a judged row that
     disagrees is marked and named in the legend (a finding is shown, not hidden)."""
     import seaborn as sns
@@ -107,6 +107,7 @@ def plot_verify_cost(data: pd.DataFrame, *, fit: dict | None = None, title: str 
         drawn = drawn.merge(pd.DataFrame({"m": ms, "fit_ms": line, "fit_lo": lo, "fit_hi": hi}), on="m", how="outer")
     if H_ms is not None:
         ax.axhline(H_ms, ls=":", color="C2", label=f"plain step H = {H_ms:.1f} ms")
+    bench = pd.DataFrame(bench) if bench is not None else None  # records: the figure's kwargs are logged as JSON
     if bench is not None and not bench.empty:
         pp = bench[bench["judged"] & ~bench["quantity"].str.startswith("plain step")].sort_values("m")
         if len(pp):
