@@ -112,7 +112,7 @@ if beside is not None:
 
 # %%
 cells = sweep_tables.cell_table(rows, margin=R.decision_margin, confidence=R.decision_confidence)
-lab.metrics(sweep_tables.cell_metrics(cells))
+lab.metrics(sweep_tables.cell_metrics(cells, rows=rows, margin=R.decision_margin, confidence=R.decision_confidence))
 lab.table("sweep-cells", cells, noise={"tok_s": ["tok_s_min", "tok_s_max"],
                                        "key": ["drafter", "workload", "k", "temperature"]})
 

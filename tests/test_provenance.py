@@ -147,6 +147,31 @@ def test_drift_arithmetic_flags_what_moved_and_only_that():
     moved, _ = compare_metrics({"speedup/ngram.edit.T0": 1.10, "speedup/ngram.edit.T0.lo": 1.05,
                                 "speedup/ngram.edit.T0.hi": 1.15}, old)
     assert moved and moved[0]["basis"] == "intervals do not overlap"
+    # the best k is a decision: any change is reported (0 -> 1 is not "a 100% move"), no change is not
+    moved, same = compare_metrics({"best/k/ngram.edit": 1.0}, {"best/k/ngram.edit": 0.0})
+    assert moved and moved[0]["basis"].startswith("a decision changed") and not same
+    moved, same = compare_metrics({"best/k/ngram.edit": 2.0}, {"best/k/ngram.edit": 2.0})
+    assert not moved and same
+
+
+def test_best_k_metrics_go_through_the_selection_corrected_verdict():
+    import pandas as pd
+
+    from labkit.analysis import sweep_tables
+
+    # SYNTHETIC: ngram k=1 a steady 5-6% faster than plain on four prompts; k=2 1.6x on two prompts and
+    # 0.6x on the others: the higher median ratio (1.08x), a geometric mean below 1
+    rows = pd.DataFrame([{"workload": "edit", "prompt": f"p{p}", "drafter": d, "k": k, "temperature": 0.0,
+                          "run": r, "cold": False, "decode_tok_s": v, "accepted": 5, "drafted": 10, "steps": 10,
+                          "spec_steps": 10 if k else 0, "decode_tokens": 15, "draft_ms": 1.0, "verify_ms": 20.0,
+                          "repetition": 0.1, "ttft_ms": 5.0, "ttlt_ms": 100.0, "gate_closed": 0, "lossless": True}
+                         for p in range(4) for r in range(3)
+                         for d, k, v in (("none", 0, 10.0), ("ngram", 1, 10.5 + 0.03 * p + 0.01 * r),
+                                         ("ngram", 2, [[16.0, 15.0, 17.0], [6.0, 6.5, 5.5]][p % 2][r]))])
+    cells = sweep_tables.cell_table(rows)
+    m = {x["name"]: x for x in sweep_tables.cell_metrics(cells, rows=rows)}
+    assert m["best/k/ngram.edit"]["value"] == 1  # not k=2's higher median
+    assert m["best/speedup/ngram.edit"]["lo"] > 1.02 and "hi" in m["best/speedup/ngram.edit"]
 
 
 @pytest.mark.slow  # papermill

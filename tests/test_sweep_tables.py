@@ -95,3 +95,20 @@ def test_sweep_row_counts_positions_from_records():
     r = _row(recs, 3)
     assert r["acc_pos"] == [1, 1, 0] and r["tested_pos"] == [2, 1, 1]
     assert r["drafted"] == 6 and r["accepted"] == 2 and r["decode_tokens"] == 4
+
+
+def test_gate_comparison_carries_both_verdicts_and_says_where_the_gate_changes_one():
+    """SYNTHETIC cells: without the gate ngram k=2 loses on prose (0.8x, steady); with it the gate
+    closes and the cell reads no measurable difference. On edit both win."""
+    jitter = [1.0, 1.01, 0.99]
+    off = sweep_tables.cell_table(rows({("none", "prose", 0): [10, 10, 10], ("ngram", "prose", 2): [8 * j for j in jitter],
+                                        ("none", "edit", 0): [10, 10, 10], ("ngram", "edit", 2): [13 * j for j in jitter]}))
+    on_rows = rows({("none", "prose", 0): [10, 10, 10], ("ngram", "prose", 2): [10 * j for j in jitter],
+                    ("none", "edit", 0): [10, 10, 10], ("ngram", "edit", 2): [13 * j for j in jitter]})
+    on_rows.loc[(on_rows["workload"] == "prose") & (on_rows["k"] == 2), "gate_closed"] = 3
+    m = sweep_tables.gate_comparison(off, sweep_tables.cell_table(on_rows)).set_index("workload")
+    assert m.loc["prose", "verdict_gate_off"] == "loses" and m.loc["prose", "verdict_gate_on"] == "no measurable difference"
+    assert m.loc["prose", "verdict_changed"] and m.loc["prose", "gate_fired"]
+    assert m.loc["edit", "verdict_gate_off"] == m.loc["edit", "verdict_gate_on"] == "wins"
+    assert not m.loc["edit", "verdict_changed"]
+    assert m.loc["prose", "speedup_hi_gate_off"] < 1 < m.loc["prose", "speedup_hi_gate_on"]

@@ -65,7 +65,12 @@ def best_k(cells: pd.DataFrame, *, drafter: str | None = None, rows: pd.DataFram
         key = "speedup_gm" if "speedup_gm" in g and g["speedup_gm"].notna().all() else "speedup"
         top = g.loc[g[key].idxmax()]
         est = _selected(rows, d, wl, int(top["k"]), temp, adjust=len(g), margin=margin, confidence=confidence)
-        win = est.verdict == decide.WINS if est is not None else top[key] > 1.0
+        if est is not None:
+            win = est.verdict == decide.WINS
+        elif "verdict" in g.columns and pd.notna(top.get("verdict")):
+            win = top["verdict"] == decide.WINS  # the cell's own CI (not corrected for the selection)
+        else:
+            win = top[key] > 1.0  # cells logged before verdicts had CIs
         out.append({"drafter": d, "workload": wl, "temperature": temp, "best_k": int(top["k"]) if win else 0,
                     "speedup": float(top[key]) if win else 1.0,
                     "best_spec_k": int(top["k"]), "best_spec_speedup": float(top[key]),
@@ -121,12 +126,17 @@ def latency_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def gate_comparison(off: pd.DataFrame, on: pd.DataFrame) -> pd.DataFrame:
-    """Cells at the same k with the gate off vs on: speedup both ways and how often it fired."""
+    """Cells at the same k with the gate off vs on: each side's speedup over its own plain arm
+    (geometric mean with CI and verdict, ``cell_table``; median and range beside) and how often
+    the gate fired. ``verdict_changed`` says where the gate turns one verdict into another."""
     keys = ["drafter", "workload", "k", "temperature"]
-    a = off[off["k"] > 0][keys + ["speedup", "speedup_min", "speedup_max", "acceptance"]]
-    b = on[on["k"] > 0][keys + ["speedup", "speedup_min", "speedup_max", "gate_closed"]]
+    est = [c for c in ("speedup_gm", "speedup_lo", "speedup_hi", "verdict") if c in off.columns and c in on.columns]
+    a = off[off["k"] > 0][keys + ["speedup", "speedup_min", "speedup_max", *est, "acceptance"]]
+    b = on[on["k"] > 0][keys + ["speedup", "speedup_min", "speedup_max", *est, "gate_closed"]]
     m = a.merge(b, on=keys, suffixes=("_gate_off", "_gate_on"))
     m["gate_fired"] = m["gate_closed"] > 0
+    if "verdict" in est:
+        m["verdict_changed"] = m["verdict_gate_off"] != m["verdict_gate_on"]
     return m
 
 
@@ -165,7 +175,8 @@ def rejection_table(rows: pd.DataFrame) -> pd.DataFrame:
     return g
 
 
-def cell_metrics(cells: pd.DataFrame) -> list[dict]:
+def cell_metrics(cells: pd.DataFrame, *, rows: pd.DataFrame | None = None, margin: float = decide.DEFAULT_MARGIN,
+                 confidence: float = decide.DEFAULT_CONFIDENCE) -> list[dict]:
     """Per-cell tok/s and speedup as metrics (step = k), with their recorded ranges, and
     the best k and its speedup per drafter and workload as scalars a runs table can sort
     by (``best/k/ngram.edit``; sampled temperatures get a ``.T0.7`` suffix). Keys are
@@ -179,10 +190,14 @@ def cell_metrics(cells: pd.DataFrame) -> list[dict]:
         out.append({"name": f"speedup/{tag}", "value": c.speedup_gm if ci else c.speedup,
                     "lo": c.speedup_lo if ci else c.speedup_min, "hi": c.speedup_hi if ci else c.speedup_max,
                     "step": c.k})
-    for b in best_k(cells).itertuples():  # the cells' own (decode-only) verdicts
+    # the best k is a decision: chosen by the selection-corrected verdict (with ``rows``), and its
+    # speedup carries that CI, so drift compares intervals, not a median against 5%
+    for b in best_k(cells, rows=rows, margin=margin, confidence=confidence).itertuples():
         tag = f"{b.drafter}.{b.workload}" + ("" if b.temperature == 0 else f".T{b.temperature:g}")
         out.append({"name": f"best/k/{tag}", "value": b.best_k})
-        out.append({"name": f"best/speedup/{tag}", "value": b.speedup})
+        ci = b.best_k > 0 and b.lo is not None and b.lo == b.lo and b.hi is not None and np.isfinite(b.hi)
+        out.append({"name": f"best/speedup/{tag}", "value": b.speedup,
+                    **({"lo": b.lo, "hi": b.hi} if ci else {})})
     return out
 
 

@@ -3,7 +3,8 @@
 A metric moved when the two runs' intervals say so: both recorded one (``name.lo`` ..
 ``name.hi``: the 95% CI of a speedup, the range of a tok/s over its runs) and the two do
 not overlap. Only a metric with no interval in either run falls back to ``rel_tol`` of the
-previous value, and its row says so (``basis``). The arithmetic is one pure function (``compare_metrics``); finding
+previous value, and its row says so (``basis``). A metric that is a decision (``best/k/…``:
+the k chosen by verdicts) moved when it changed at all. The arithmetic is one pure function (``compare_metrics``); finding
 the previous run is the store's job (``compare_with_previous``).
 """
 
@@ -13,6 +14,7 @@ from labkit.provenance.metric_keys import canonical_metrics
 from labkit.provenance.runtags import machine_of
 
 REL_TOL = 0.05  # a metric without a recorded range is flagged beyond 5% change
+DECISIONS = ("best/k/",)  # metrics that are decisions (a k chosen by verdicts): compared for equality
 
 
 def compare_metrics(new: dict, old: dict, *, rel_tol: float = REL_TOL) -> tuple[list[dict], list[dict]]:
@@ -27,6 +29,11 @@ def compare_metrics(new: dict, old: dict, *, rel_tol: float = REL_TOL) -> tuple[
         lo1, hi1 = new.get(f"{name}.lo", v1), new.get(f"{name}.hi", v1)
         has = f"{name}.lo" in old or f"{name}.lo" in new
         width = max(hi0 - lo0, hi1 - lo1)
+        if name.startswith(DECISIONS):  # a decision, not a measurement: any change is news
+            row = {"metric": name, "previous": v0, "now": v1, "band": 0.0, "previous_interval": None,
+                   "now_interval": None, "basis": "a decision changed (chosen by selection-corrected verdicts)"}
+            (moved if v1 != v0 else same).append(row)
+            continue
         if has:
             out = hi1 < lo0 or lo1 > hi0
             basis = "intervals do not overlap" if out else "intervals overlap"
