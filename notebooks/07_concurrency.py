@@ -77,7 +77,7 @@ if not skip:
     lab.client.set_tag(lab.run_id, "llama_server.commit", built["llama_cpp_commit"])
     sres = serve.bench_serve(built["path"], str(runtime.resolve_model(R).path), ids, cs=cs, ks=ks, spec_type="ngram-simple",
                              threads=R.threads or 2, n_ctx_per_slot=per_seq, runs=R.runs, max_tokens=R.max_tokens,
-                             seed=R.seed, interleave=R.interleave, progress=lab.progress)
+                             seed=R.seed, interleave=R.interleave, progress=lab.progress, control=R.aa_control)
     conc.server_lossless(engine, ids, res["reference"], sres)
 
 # %%

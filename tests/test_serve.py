@@ -98,8 +98,12 @@ def test_killed_mid_run_keeps_the_measured_requests(server_binary, embedded, pro
 @pytest.mark.slow  # llama-server
 def test_spec_off_and_on_match_labkit_and_report_acceptance(server_binary, embedded, engine, prompts):
     res = serve.bench_serve(server_binary, str(embedded.path), prompts, cs=[1, 2], ks=[0, 3],
-                            spec_type="ngram-simple", n_ctx_per_slot=512, max_tokens=16)
-    rows = {(r["c"], r["k"]): r for r in res["rows"]}
+                            spec_type="ngram-simple", n_ctx_per_slot=512, max_tokens=16, control=True)
+    aa = [r for r in res["rows"] if r["drafter"] == "aa"]
+    # the A/A arm: llama-server's plain arm again, at each c, with its ratio over plain
+    assert [(r["c"], r["k"], r["engine"]) for r in aa] == [(1, 0, "llama-server"), (2, 0, "llama-server")]
+    assert all(r["speedup"] > 0 and r["requests"] == 2 for r in aa)
+    rows = {(r["c"], r["k"]): r for r in res["rows"] if r["drafter"] != "aa"}
     assert set(rows) == {(1, 0), (1, 3), (2, 0), (2, 3)}
     for (_c, k), r in rows.items():
         assert r["requests"] == 2 and r["agg_tok_s"] > 0

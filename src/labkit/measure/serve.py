@@ -34,10 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit.analysis.decide import AA
 from labkit.analysis.stats import spread
 from labkit.errors import LabkitError
 from labkit.measure import order
-from labkit.measure.concurrency import pct, sum_per_pos
+from labkit.measure.concurrency import AA_ARM, pct, sum_per_pos
 from labkit.measure.verify_cost import Progress
 
 SPEC_TYPES = ("ngram-simple", "ngram-cache", "draft-simple", "draft-mtp")
@@ -308,20 +309,24 @@ def bench_serve(
     deadline_s: float = 600.0,
     health_timeout_s: float = HEALTH_TIMEOUT_S,
     kv_unified: bool = True,
+    control: bool = False,
     progress: Progress = None,
 ) -> dict:
-    """Spec off vs on at each c on llama-server, arms interleaved; rows like labkit's."""
+    """Spec off vs on at each c on llama-server, arms interleaved; rows like labkit's.
+
+    ``control`` adds the A/A arm at each c: llama-server's plain arm measured a second time as
+    its own arm (row drafter "aa", k 0), which must read "no measurable difference" from plain."""
     cs, ks = sorted(set(cs)), sorted(set(ks))
     n = n_requests or max(max(cs), len(prompts))
     reqs = [list(prompts[i % len(prompts)]) for i in range(n)]
-    arms = [(c, k) for c in cs for k in ks]
+    arms = [(c, k) for c in cs for k in ks] + ([(c, AA_ARM) for c in cs] if control else [])
     results: dict[tuple, list] = {a: [] for a in arms}
     outputs: dict[tuple, list] = {a: [] for a in arms}
     for r in range(runs):
         for c, k in order.arm_order(arms, r, policy=interleave, seed=seed):
             port = free_port()
             args = server_args(model=model, port=port, c=c, n_ctx_per_slot=n_ctx_per_slot, threads=threads,
-                               spec_type=spec_type, k=k, draft_model=draft_model, kv_unified=kv_unified)
+                               spec_type=spec_type, k=max(k, 0), draft_model=draft_model, kv_unified=kv_unified)
             srv = Server(binary, args, port=port, health_timeout_s=health_timeout_s)
             try:
                 with srv:
@@ -346,16 +351,17 @@ def bench_serve(
             results[(c, k)].append(s)
             outputs[(c, k)].append({x["request"]: x["tokens"] for x in kept})
             if progress:
-                progress(f"llama-server round {r + 1}/{runs} c={c} k={k}: {s['agg_tok_s'] or 0:.1f} tok/s aggregate")
+                arm = "A/A (plain again)" if k == AA_ARM else f"k={k}"
+                progress(f"llama-server round {r + 1}/{runs} c={c} {arm}: {s['agg_tok_s'] or 0:.1f} tok/s aggregate")
     rows = [_row(c, k, results[(c, k)], spec_type) for c, k in arms]
-    base = {c: next(r for r in rows if r["c"] == c and r["k"] == min(ks)) for c in cs}
+    base = {c: next(r for r in rows if r["c"] == c and r["k"] == min(ks) and r["drafter"] != AA) for c in cs}
     for row in rows:
         b = base[row["c"]]["agg_tok_s"]
         row["speedup"] = row["agg_tok_s"] / b if min(ks) == 0 and b and row["agg_tok_s"] else None
     return {"kind": "serve", "engine": "llama-server", "binary": binary, "cs": cs, "ks": ks, "spec_type": spec_type,
             "runs": runs, "requests": n, "max_tokens": max_tokens, "threads": threads, "kv_unified": kv_unified,
             "interleave": order.describe(interleave, seed), "rows": rows,
-            "outputs": {f"c{c}_k{k}": v for (c, k), v in outputs.items()},
+            "outputs": {f"c{c}_k{k}": v for (c, k), v in outputs.items() if k != AA_ARM},
             "request_prompts": [i % len(prompts) for i in range(n)]}
 
 
@@ -411,7 +417,8 @@ def _row(c: int, k: int, res: list[dict], spec_type: str) -> dict:
     ttft = [t for x in res for t in x["ttft_ms"]]
     ttlt = [t for x in res for t in x["ttlt_ms"]]
     drafted, accepted = sum(x["drafted"] for x in res), sum(x["accepted"] for x in res)
-    return {"c": c, "k": k, "drafter": spec_type if k else "none", "engine": "llama-server",
+    return {"c": c, "k": max(k, 0), "drafter": AA if k == AA_ARM else (spec_type if k else "none"),
+            "engine": "llama-server",
             "agg_tok_s": agg["median"], "agg_tok_s_min": agg["min"], "agg_tok_s_max": agg["max"],
             "agg_runs": agg["values"], "per_stream_tok_s": per["median"], "ttft_p50_ms": pct(ttft, 50), "ttft_p95_ms": pct(ttft, 95),
             "ttlt_p50_ms": pct(ttlt, 50), "ttlt_p95_ms": pct(ttlt, 95),
