@@ -130,6 +130,27 @@ lab.table("speedup-forest", forest, display=False)
 lab.figure("forest", forest, name="speedup-forest", margin=R.decision_margin)
 
 # %% [markdown]
+# ## `k: auto`: the draft length priced per step (when the recipe asks for it)
+#
+# The policy chooses each step's draft length from the drafter's evidence and this box's own
+# verify(m), measured first. Its arm runs beside plain on the same prompts, and is judged
+# like every fixed k: a paired ratio with its CI.
+
+# %%
+from labkit.measure import policy_arm
+
+pol = policy_arm.policy_arms(R, engine, arms, progress=lab.progress)
+if pol:
+    lab.client.set_tag(lab.run_id, "policy.verify_source", pol["_verify_source"])
+    prow = sweep.k_sweep(engine, prompts, drafters=arms, ks=[0], policies=pol, runs=R.runs, max_tokens=R.max_tokens,
+                         temperatures=(greedy_t,), seed=R.seed, interleave=R.interleave, progress=lab.progress,
+                         **lab.arms("policy"))
+    lab.table("policy-runs", prow, display=False)
+    ptab = lab.table("policy-verdict", verdicts.policy_table(prow, temperature=greedy_t, margin=R.decision_margin,
+                                                             confidence=R.decision_confidence))
+    lab.client.set_tag(lab.run_id, "policy.line", "; ".join(ptab["line"])[:5000])
+
+# %% [markdown]
 # ## The gate at the global default: on vs off
 
 # %%

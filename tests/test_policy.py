@@ -371,3 +371,28 @@ def test_a_deeper_position_borrows_the_running_rate_of_the_one_before():
         pred, bins = pol.predict(ev)
         pol.observe(Choice(j=1, pred=pred, bins=bins), [1])
     assert pol.predict(ev)[0][3] > 0.82  # untried, yet no longer the bare prior
+
+
+@pytest.mark.slow  # verify(m) measured, then a small sweep with the policy arm, on the real engine
+def test_k_auto_is_an_arm_of_the_sweep_judged_like_a_fixed_k(engine):
+    from labkit.analysis import verdicts
+    from labkit.measure import policy_arm, sweep
+
+    r = from_dict({"k": [0, 1, "auto"], "drafters": ["ngram"], "policy_k_max": 3, "policy_verify_rounds": 2,
+                   "kv_depth": 32})
+    arms = {"ngram": runtime.make_drafter("ngram", r, engine)}
+    pol = policy_arm.policy_arms(r, engine, arms)
+    assert set(policy_arm.arms_only(pol)) == {"ngram+priced"} and pol["_verify_source"].startswith("measured now")
+    prompts = load_workload("edit", limit=2)
+    rows = sweep.k_sweep(engine, prompts, drafters=arms, ks=[0, 1], policies=pol, runs=2, max_tokens=12)
+    p = rows[rows["drafter"] == "ngram+priced"]
+    assert len(p) == 2 * 3 and (p["k"] == 3).all() and (p["policy"] == "priced").all()  # cold + 2 warm per prompt
+    assert p[p["temperature"] == 0]["lossless"].all()  # the policy never changes a greedy output
+    t = verdicts.policy_table(rows)
+    assert t["drafter"].tolist() == ["ngram+priced"] and t["k_max"].tolist() == [3]
+    assert t["verdict"].iloc[0] in ("wins", "loses", "no measurable difference")
+    assert t["e2e_lo"].iloc[0] <= t["e2e"].iloc[0] <= t["e2e_hi"].iloc[0] and "95% CI" in t["line"].iloc[0]
+    # policy_verify: error refuses instead of measuring
+    with pytest.raises(LabkitError, match="no verify"):
+        policy_arm.policy_arms(from_dict({"k": "auto", "policy_verify": "error"}), engine, arms)
+    assert policy_arm.policy_arms(from_dict({"k": [0, 1]}), engine, arms) == {}

@@ -81,3 +81,26 @@ def _forest_row(drafter, k, workload, est: decide.Estimate, value: str) -> dict:
     return {"label": label, "drafter": drafter, "k": k, "workload": workload, "ratio": est.ratio, "lo": est.lo,
             "hi": est.hi, "verdict": est.verdict, "prompts": est.n_prompts, "pairs": est.n_pairs,
             "basis": "end-to-end" if value == "e2e_tok_s" else "decode-only", "confidence": est.confidence}
+
+
+def policy_table(rows: pd.DataFrame, *, temperature: float = 0.0, margin: float = decide.DEFAULT_MARGIN,
+                 confidence: float = decide.DEFAULT_CONFIDENCE) -> pd.DataFrame:
+    """Each policy arm (``k: auto``; rows with a ``policy``) against plain: end-to-end and
+    decode-only paired ratios with their CI and verdict, and acceptance, pooled over prompts."""
+    if "policy" not in rows.columns:
+        return pd.DataFrame(columns=["drafter", "policy", "k_max", "e2e", "e2e_lo", "e2e_hi", "verdict",
+                                     "decode", "decode_lo", "decode_hi", "decode_verdict", "acceptance", "line"])
+    out = []
+    warm = rows[~rows["cold"].astype(bool)]
+    for (name, pol, kmax), g in warm[warm["policy"].notna()].groupby(["drafter", "policy", "k"]):
+        arm = {"drafter": name, "k": int(kmax)}
+        e2e = decide.estimate(decide.paired(warm, arm=arm, value="e2e_tok_s", temperature=temperature),
+                              margin=margin, confidence=confidence)
+        dec = decide.estimate(decide.paired(warm, arm=arm, value="decode_tok_s", temperature=temperature),
+                              margin=margin, confidence=confidence)
+        acc = g["accepted"].sum() / g["drafted"].sum() if g["drafted"].sum() else None
+        out.append({"drafter": name, "policy": pol, "k_max": int(kmax), "e2e": e2e.ratio, "e2e_lo": e2e.lo,
+                    "e2e_hi": e2e.hi, "verdict": e2e.verdict, "decode": dec.ratio, "decode_lo": dec.lo,
+                    "decode_hi": dec.hi, "decode_verdict": dec.verdict, "acceptance": acc,
+                    "line": e2e.line(f"{name} (k chosen per step, up to {int(kmax)}) end-to-end", acceptance=acc)})
+    return pd.DataFrame(out)

@@ -60,6 +60,7 @@ def k_sweep(
     key_prefix: str = "",
     control: bool = False,
     first_round: int | None = None,
+    policies: dict | None = None,
 ) -> pd.DataFrame:
     """Measure every arm on every prompt; ``prompts`` are ``workloads.Prompt`` objects.
 
@@ -75,7 +76,11 @@ def k_sweep(
     arm, interleaved like the others, so plain vs plain is judged with the same machinery).
     """
     spec_ks = [k for k in ks if k > 0]
-    arm_set = [("none", 0)] + ([(AA, 0)] if control else []) + [(d, k) for d in drafters for k in spec_ks]
+    # policy arms (``measure.policy_arm``): "<drafter>+<policy>" at the policy's k_max, no gate
+    policies = {k: v for k, v in (policies or {}).items() if not k.startswith("_")}
+    arm_set = ([("none", 0)] + ([(AA, 0)] if control else []) + [(d, k) for d in drafters for k in spec_ks]
+               + [(name, int(kmax)) for name, (_, _, kmax) in policies.items()])
+    k_rows = max([*ks, *(int(kmax) for _, _, kmax in policies.values())])
 
     def arm_key(p, temp, r, name, k):
         return arms.key(*([key_prefix] if key_prefix else []), p.id, f"T{temp:g}", f"r{r}", name, f"k{k}")
@@ -108,14 +113,19 @@ def k_sweep(
             if restored_any and not warmed:  # resuming: the box and engine are cold again
                 run(engine, ids, max_tokens=max_tokens, temperature=0.0, seed=s)
                 warmed = True
-            drafter = drafters.get(name)
-            gate = make_gate() if (make_gate and k > 0) else None
+            pol = None
+            if name in policies:
+                d_name, make_policy, _ = policies[name]
+                drafter, pol, gate = drafters[d_name], make_policy(), None
+            else:
+                drafter = drafters.get(name)
+                gate = make_gate() if (make_gate and k > 0) else None
             recs = run(engine, ids, drafter=drafter, k=k, max_tokens=max_tokens, temperature=temp,
-                       seed=s, gate=gate)
+                       seed=s, gate=gate, policy=pol)
             row = {"workload": p.workload, "prompt": p.id, "drafter": name, "k": k,
                    "temperature": temp, "run": r, "cold": r == 0, "prompt_tokens": len(ids),
                    "gate": gate.threshold if gate else 0.0, "interleave": interleave,
-                   **_row(recs, max(ks))}
+                   **({"policy": pol.name} if pol is not None else {}), **_row(recs, k_rows)}
             arms.finished(on_arm, akey, row, recs)
             row["_records"] = recs
             rows.append(row)
