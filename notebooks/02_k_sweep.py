@@ -149,6 +149,7 @@ if pol:
     ptab = lab.table("policy-verdict", verdicts.policy_table(prow, temperature=greedy_t, margin=R.decision_margin,
                                                              confidence=R.decision_confidence))
     lab.client.set_tag(lab.run_id, "policy.line", "; ".join(ptab["line"])[:5000])
+    lab.client.set_tag(lab.run_id, "policy.llama_server_flags", str(verdicts.llama_server_flags(ptab)))
 
 # %% [markdown]
 # ## The gate at the global default: on vs off

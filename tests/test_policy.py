@@ -392,6 +392,11 @@ def test_k_auto_is_an_arm_of_the_sweep_judged_like_a_fixed_k(engine):
     assert t["drafter"].tolist() == ["ngram+priced"] and t["k_max"].tolist() == [3]
     assert t["verdict"].iloc[0] in ("wins", "loses", "no measurable difference")
     assert t["e2e_lo"].iloc[0] <= t["e2e"].iloc[0] <= t["e2e_hi"].iloc[0] and "95% CI" in t["line"].iloc[0]
+    # what it chose: every step's j in 0..k_max, and the fixed llama-server flags closest to it
+    hist = t["j_histogram"].iloc[0]
+    assert set(hist) <= {0, 1, 2, 3} and sum(hist.values()) == sum(len(x) for x in p[~p["cold"]]["policy_js"])
+    flags = verdicts.llama_server_flags(t)
+    assert 0 <= t["spec_draft_n_max"].iloc[0] <= 3 and flags.startswith("--spec-draft-n-max ")
     # policy_verify: error refuses instead of measuring
     with pytest.raises(LabkitError, match="no verify"):
         policy_arm.policy_arms(from_dict({"k": "auto", "policy_verify": "error"}), engine, arms)

@@ -89,7 +89,8 @@ def policy_table(rows: pd.DataFrame, *, temperature: float = 0.0, margin: float 
     decode-only paired ratios with their CI and verdict, and acceptance, pooled over prompts."""
     if "policy" not in rows.columns:
         return pd.DataFrame(columns=["drafter", "policy", "k_max", "e2e", "e2e_lo", "e2e_hi", "verdict",
-                                     "decode", "decode_lo", "decode_hi", "decode_verdict", "acceptance", "line"])
+                                     "decode", "decode_lo", "decode_hi", "decode_verdict", "acceptance", "line",
+                                     "j_histogram", "drafted_share", "spec_draft_n_max", "spec_draft_p_min"])
     out = []
     warm = rows[~rows["cold"].astype(bool)]
     for (name, pol, kmax), g in warm[warm["policy"].notna()].groupby(["drafter", "policy", "k"]):
@@ -99,8 +100,40 @@ def policy_table(rows: pd.DataFrame, *, temperature: float = 0.0, margin: float 
         dec = decide.estimate(decide.paired(warm, arm=arm, value="decode_tok_s", temperature=temperature),
                               margin=margin, confidence=confidence)
         acc = g["accepted"].sum() / g["drafted"].sum() if g["drafted"].sum() else None
-        out.append({"drafter": name, "policy": pol, "k_max": int(kmax), "e2e": e2e.ratio, "e2e_lo": e2e.lo,
+        did = _policy_did(g)
+        out.append({**did, "drafter": name, "policy": pol, "k_max": int(kmax), "e2e": e2e.ratio, "e2e_lo": e2e.lo,
                     "e2e_hi": e2e.hi, "verdict": e2e.verdict, "decode": dec.ratio, "decode_lo": dec.lo,
                     "decode_hi": dec.hi, "decode_verdict": dec.verdict, "acceptance": acc,
                     "line": e2e.line(f"{name} (k chosen per step, up to {int(kmax)}) end-to-end", acceptance=acc)})
     return pd.DataFrame(out)
+
+
+def _policy_did(g: pd.DataFrame) -> dict:
+    """What the policy chose over these rows (``calibration.policy_summary``): the j histogram,
+    the share of steps that drafted, and the closest fixed llama-server flags."""
+    from labkit.analysis.calibration import policy_summary
+
+    if "policy_js" not in g.columns:
+        return {"j_histogram": None, "drafted_share": None, "spec_draft_n_max": None, "spec_draft_p_min": None}
+    recs = []
+    for js, preds in zip(g["policy_js"], g.get("policy_preds", [None] * len(g)), strict=True):
+        js = list(js) if js is not None and not isinstance(js, float) else []
+        if js:  # the drafted positions' predictions ride on the row's first step
+            p = list(preds) if preds is not None and not isinstance(preds, float) else []
+            recs += [{"policy_j": js[0], "policy_pred": p}] + [{"policy_j": j} for j in js[1:]]
+    s = policy_summary(recs)
+    return {"j_histogram": s.get("j_histogram"), "drafted_share": s.get("drafted_share"),
+            "spec_draft_n_max": s.get("spec_draft_n_max"), "spec_draft_p_min": s.get("spec_draft_p_min")}
+
+
+def llama_server_flags(table: pd.DataFrame) -> str | None:
+    """The fixed llama-server flags closest to what the policy did (it cannot take the policy
+    itself), with the policy's own measured result beside them."""
+    t = table[table["spec_draft_n_max"].notna()] if "spec_draft_n_max" in table else table.iloc[:0]
+    if t.empty:
+        return None
+    r = t.iloc[0]
+    p_min = f" --spec-draft-p-min {r['spec_draft_p_min']}" if r["spec_draft_p_min"] is not None else ""
+    return (f"--spec-draft-n-max {int(r['spec_draft_n_max'])}{p_min} (closest to {r['drafter']}: it drafted on "
+            f"{r['drafted_share']:.0%} of steps; measured {r['e2e']:.2f}× end-to-end, 95% CI "
+            f"{r['e2e_lo']:.2f}–{r['e2e_hi']:.2f}, {r['verdict']})")

@@ -37,6 +37,10 @@ def _row(recs, k_max: int) -> dict:
     spec = [r for r in recs if r.mode != "prefill" and r.drafted > 0]
     row["acc_pos"] = [sum(1 for r in spec if len(r.outcomes) > i and r.outcomes[i] == 1) for i in range(k_max)]
     row["tested_pos"] = [sum(1 for r in spec if len(r.outcomes) > i and r.outcomes[i] >= 0) for i in range(k_max)]
+    steps = [r for r in recs if r.mode != "prefill" and getattr(r, "policy_j", None) is not None]
+    if steps:  # a policy arm: the j it chose at each step, and its predicted acceptance where it drafted
+        row["policy_js"] = [int(r.policy_j) for r in steps]
+        row["policy_preds"] = [round(float(x), 4) for r in steps for x in (r.policy_pred or [])[: int(r.policy_j)]]
     return row
 
 

@@ -53,8 +53,13 @@ def advise(c, recipe, *, workload: str | None = None, temperature: float = 0.0) 
                      "best_tested": name, "best_tested_speedup": float(top["best_spec_speedup"]),
                      "verdict": top["verdict"] if judged else None, "line": line})
     glob = global_default(cells, rows=rows_tbl, **kw)
+    tags = run.data.tags
     return {"recipe": recipe.name, "recipe_hash": recipe.hash, "source": lab_id, "temperature": temperature,
-            "per_workload": rows, "global_default": glob.to_dict("records") if workload is None else None}
+            "per_workload": rows, "global_default": glob.to_dict("records") if workload is None else None,
+            # k: auto measured in the sweep: its verdict, and for llama-server users (who cannot run the
+            # policy) the fixed flags closest to what it did
+            "policy": ({"line": tags["policy.line"], "llama_server_flags": tags.get("policy.llama_server_flags")}
+                       if tags.get("policy.line") else None)}
 
 
 def best_for(c, recipe, workload: str) -> dict:
