@@ -132,7 +132,10 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
         "a draft model" if d == "model" else f"{d} (no extra weights)"), sid)
     spill = evidence.residency_text(evidence.json_tag(t, "residency"), build=build)
     add(ITEMS[2], spill, spill, f"asked n_gpu_layers = {t.get('engine.n_gpu_layers', '-')}", sid)
-    add(ITEMS[3], "0 (speculation off)", f"{d} n_max={k}", f"chosen by {cand['how']}",
+    policy = (f"; also a candidate, k: auto (priced per step): {t['policy.line']}"
+              + (f"; llama-server's closest flags: {t['policy.llama_server_flags']}"
+                 if t.get("policy.llama_server_flags") not in (None, "None") else "")) if t.get("policy.line") else ""
+    add(ITEMS[3], "0 (speculation off)", f"{d} n_max={k}", f"chosen by {cand['how']}" + policy,
         cand["source"] or sid)
     rs = sw.rows
     add(ITEMS[4], "-", decision.steps_text(sw.steps, rs, d, sw.stopped) or evidence.no_data("no speculative runs"),
