@@ -102,10 +102,10 @@ if [ -n "$wheel" ] && native_ok && [ "$(cat "$VENV/.labkit-stamp" 2>/dev/null)" 
 else
     # The native build (minutes, CPU-bound) and the pinned dependencies (mostly download
     # and unpack) go side by side; labkit itself is installed once both are done.
-    fetch_sdist
-    build_pid=""
+    # the sdist (one download, ~1 min on a slow index) and the build from it run beside the
+    # dependency installs; the llama-cpp-python wheel waits only for the sdist
     log "llama.cpp, one build for Python and the tools: $NATIVE_DIR (progress below; full log: $NATIVE_DIR/build.log)"
-    native build & build_pid=$!
+    ( fetch_sdist && native build ) & build_pid=$!
     if [ "${LABKIT_PIP_ONLY:-0}" != 1 ]; then
         # pip checks the pinned version, so a venv holding another uv gets this one
         if "$VPY" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION" >/dev/null 2>&1; then
@@ -114,10 +114,14 @@ else
             log "uv $UV_VERSION could not be installed; installing with pip"
         fi
     fi
-    [ -n "$wheel" ] || build_wheel
     log "installing pinned dependencies into $VENV"
     grep -v -i -E '^llama.cpp.python==' requirements/constraints.txt > "$VENV/.deps.txt"
     pip_install -r "$VENV/.deps.txt"
+    if [ -z "$wheel" ]; then
+        while [ ! -f "$SDIST" ] && kill -0 "$build_pid" 2>/dev/null; do sleep 1; done
+        [ -f "$SDIST" ] || { log "could not download the llama-cpp-python sdist (see above)"; exit 1; }
+        build_wheel
+    fi
     if [ -f "$VENV/lib/python"*/site-packages/llama_cpp/lib/libllama.so ] \
         && [ ! -L "$VENV/lib/python"*/site-packages/llama_cpp/lib/libllama.so ] 2>/dev/null; then
         log "replacing the llama-cpp-python that carries its own native build"
