@@ -135,6 +135,15 @@ def _labkit(*args, check=True):
     return p
 
 
+def test_the_draft_length_reaches_ngram_simple():
+    """llama-server's ngram-simple drafts its m-gram size (default 48), whatever --spec-draft-n-max says:
+    the k of an arm must be passed as --spec-ngram-simple-size-m too."""
+    a = serve.server_args(model="m.gguf", port=1, c=1, n_ctx_per_slot=512, threads=2, spec_type="ngram-simple", k=3)
+    assert a[a.index("--spec-ngram-simple-size-m") + 1] == "3" and a[a.index("--spec-draft-n-max") + 1] == "3"
+    plain = serve.server_args(model="m.gguf", port=1, c=1, n_ctx_per_slot=512, threads=2, spec_type="ngram-simple", k=0)
+    assert "--spec-type" not in plain and "--metrics" in plain
+
+
 @pytest.mark.parametrize("bad", [["--c", "0"], ["--k", "-1"], ["--c", "1,x"], ["--workload", "nope"]])
 def test_bench_concurrency_bad_input_exits_2_with_a_fix(bad):
     p = _labkit("bench", "concurrency", *bad, check=False)

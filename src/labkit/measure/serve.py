@@ -88,6 +88,11 @@ def server_args(*, model: str, port: int, c: int, n_ctx_per_slot: int, threads: 
         if spec_type not in SPEC_TYPES:
             raise LabkitError(f"unknown spec type {spec_type!r}", f"use one of {', '.join(SPEC_TYPES)}")
         args += ["--spec-type", spec_type, "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0"]
+        if spec_type == "ngram-simple":
+            # ngram-simple's draft length is its m-gram size (default 48), not --spec-draft-n-max
+            # (common/speculative.cpp at the vendored commit); without this a "k=1" arm drafts up to
+            # 48 tokens, as llama-server's own per-position counters showed
+            args += ["--spec-ngram-simple-size-m", str(k)]
         if spec_type in NEEDS_DRAFT_MODEL:
             if not draft_model:
                 raise LabkitError(f"--spec-type {spec_type} needs a draft model",
