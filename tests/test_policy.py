@@ -396,7 +396,8 @@ def test_k_auto_is_an_arm_of_the_sweep_judged_like_a_fixed_k(engine):
     hist = t["j_histogram"].iloc[0]
     assert set(hist) <= {0, 1, 2, 3} and sum(hist.values()) == sum(len(x) for x in p[~p["cold"]]["policy_js"])
     flags = verdicts.llama_server_flags(t)
-    assert 0 <= t["spec_draft_n_max"].iloc[0] <= 3 and flags.startswith("--spec-draft-n-max ")
+    assert 0 <= t["spec_draft_n_max"].iloc[0] <= 3
+    assert flags.startswith(f"--spec-type ngram-simple --spec-ngram-simple-size-m {t['spec_draft_n_max'].iloc[0]} ")
     # policy_verify: error refuses instead of measuring
     with pytest.raises(LabkitError, match="no verify"):
         policy_arm.policy_arms(from_dict({"k": "auto", "policy_verify": "error"}), engine, arms)

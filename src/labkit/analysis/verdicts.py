@@ -133,7 +133,13 @@ def llama_server_flags(table: pd.DataFrame) -> str | None:
     if t.empty:
         return None
     r = t.iloc[0]
-    p_min = f" --spec-draft-p-min {r['spec_draft_p_min']}" if r["spec_draft_p_min"] is not None else ""
-    return (f"--spec-draft-n-max {int(r['spec_draft_n_max'])}{p_min} (closest to {r['drafter']}: it drafted on "
+    n = int(r["spec_draft_n_max"])
+    if str(r["drafter"]).startswith("ngram"):
+        # llama-server's n-gram lookup drafts its m-gram size; --spec-draft-n-max/p-min do not bound it
+        flags = f"--spec-type ngram-simple --spec-ngram-simple-size-m {n}"
+    else:
+        p_min = f" --spec-draft-p-min {r['spec_draft_p_min']}" if r["spec_draft_p_min"] is not None else ""
+        flags = f"--spec-draft-n-max {n}{p_min}"
+    return (f"{flags} (closest to {r['drafter']}: it drafted on "
             f"{r['drafted_share']:.0%} of steps; measured {r['e2e']:.2f}× end-to-end, 95% CI "
             f"{r['e2e_lo']:.2f}–{r['e2e_hi']:.2f}, {r['verdict']})")
