@@ -61,12 +61,11 @@ lab.table("verify-per-m", costmodel.per_m_table(res), noise={"median_ms": ["min_
 # %%
 from labkit.analysis import crosscheck as xc
 from labkit.measure import crosscheck
-from labkit.provenance import tracking
 
 cc = crosscheck.for_engine(engine, m_values=R.verify_m, kv_depth=R.kv_depth, rounds=R.crosscheck_rounds,
                            seed=R.seed, progress=lab.progress)
 agree = None if cc["skipped"] else xc.agreement(cc["samples"], tolerance=R.crosscheck_tolerance)
-tracking.set_tags(lab.client, lab.run_id, crosscheck.tags(agree, cc))
+lab.tags(crosscheck.tags(agree, cc))
 if agree is not None:
     lab.table("crosscheck-samples", cc["samples"], display=False)
     lab.table("crosscheck", agree)

@@ -100,7 +100,7 @@ else:
 lab.table("sweep-runs", rows, display=False)
 aa = verdicts.aa_tags(rows, temperature=measure_protocol.decision_temperature(R.temperatures),
                       margin=R.decision_margin, confidence=R.decision_confidence)
-tracking.set_tags(lab.client, lab.run_id, aa)
+lab.tags(aa)
 print(f"A/A control (plain vs plain): {aa.get('aa.line', 'not measured (aa_control: false)')}")
 
 # %%
@@ -141,15 +141,14 @@ from labkit.measure import policy_arm
 
 pol = policy_arm.policy_arms(R, engine, arms, progress=lab.progress)
 if pol:
-    lab.client.set_tag(lab.run_id, "policy.verify_source", pol["_verify_source"])
+    lab.tags({"policy.verify_source": pol["_verify_source"]})
     prow = sweep.k_sweep(engine, prompts, drafters=arms, ks=[0], policies=pol, runs=R.runs, max_tokens=R.max_tokens,
                          temperatures=(greedy_t,), seed=R.seed, interleave=R.interleave, progress=lab.progress,
                          **lab.arms("policy"))
     lab.table("policy-runs", prow, display=False)
     ptab = lab.table("policy-verdict", verdicts.policy_table(prow, temperature=greedy_t, margin=R.decision_margin,
                                                              confidence=R.decision_confidence))
-    lab.client.set_tag(lab.run_id, "policy.line", "; ".join(ptab["line"])[:5000])
-    lab.client.set_tag(lab.run_id, "policy.llama_server_flags", str(verdicts.llama_server_flags(ptab)))
+    lab.tags({"policy.line": "; ".join(ptab["line"]), "policy.llama_server_flags": verdicts.llama_server_flags(ptab)})
 
 # %% [markdown]
 # ## The gate at the global default: on vs off

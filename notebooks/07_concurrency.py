@@ -105,8 +105,8 @@ if not skip:
                                     threads=R.threads or 2, progress=lab.progress)
     lab.table("batched-bench-runs", bb["rows"], display=False)
     bagree = lab.table("batched-bench-agreement", xc.batched_agreement(df, bb["rows"], tolerance=R.crosscheck_tolerance))
-    tracking.set_tags(lab.client, lab.run_id, {"crosscheck.batched_bench": xc.summary_batched(bagree),
-                                               "crosscheck.batched_bench_command": " ".join(bb["command"])})
+    lab.tags({"crosscheck.batched_bench": xc.summary_batched(bagree),
+              "crosscheck.batched_bench_command": " ".join(bb["command"])})
     lab.table("acceptance-by-position", xc.acceptance_by_position(df))
 
 # %%

@@ -129,6 +129,14 @@ class Lab:
         self._mlflow(lambda: tracking.log_json(self.client, self.run_id, desc, f"{prefix}engine.json"))
         return e
 
+    def tags(self, tags: dict) -> dict:
+        """Set run tags (values cut to MLflow's 5000 characters): journaled first, so a store that
+        is away loses nothing (``labkit sync`` replays them); returns them."""
+        tags = {k: str(v)[:5000] for k, v in tags.items()}
+        self._journal({"type": "tags", "tags": tags})
+        self._mlflow(lambda: tracking.set_tags(self.client, self.run_id, tags))
+        return tags
+
     def skip_if(self, condition: bool, reason: str) -> bool:
         """When ``condition`` holds, record that the rest of this notebook does not apply and why
         (run tag ``lab.skipped``, the journal, stdout); the notebook's later cells check the result."""

@@ -90,7 +90,8 @@ class Replay:
 
     def apply(self, recs: list[dict]) -> dict:
         handlers = {"params": self.params, "engine": self.engine, "metric": self.metric, "cell": self.cell,
-                    "table": self.produced, "figure": self.produced, "close": self.close}
+                    "table": self.produced, "figure": self.produced, "close": self.close,
+                    "tags": lambda rec: self._tags(rec["tags"])}
         for rec in recs:
             fn = handlers.get(rec.get("type"))
             if fn is not None:
