@@ -140,6 +140,10 @@ def test_the_draft_length_reaches_ngram_simple():
     the k of an arm must be passed as --spec-ngram-simple-size-m too."""
     a = serve.server_args(model="m.gguf", port=1, c=1, n_ctx_per_slot=512, threads=2, spec_type="ngram-simple", k=3)
     assert a[a.index("--spec-ngram-simple-size-m") + 1] == "3" and a[a.index("--spec-draft-n-max") + 1] == "3"
+    # and it drafts nothing when its m-gram is shorter than its lookup n-gram (upstream: copy_max < size_n)
+    assert a[a.index("--spec-ngram-simple-size-n") + 1] == "3"
+    one = serve.server_args(model="m.gguf", port=1, c=1, n_ctx_per_slot=512, threads=2, spec_type="ngram-simple", k=1)
+    assert one[one.index("--spec-ngram-simple-size-n") + 1] == "1"
     plain = serve.server_args(model="m.gguf", port=1, c=1, n_ctx_per_slot=512, threads=2, spec_type="ngram-simple", k=0)
     assert "--spec-type" not in plain and "--metrics" in plain
 

@@ -72,13 +72,14 @@ def free_port() -> int:
 
 
 def server_args(*, model: str, port: int, c: int, n_ctx_per_slot: int, threads: int, spec_type: str | None = None,
-                k: int = 0, draft_model: str | None = None, kv_unified: bool = True) -> list[str]:
+                k: int = 0, draft_model: str | None = None, kv_unified: bool = True, ngram_n: int = 4) -> list[str]:
     """llama-server's flags for one arm (k = 0 or no spec type: plain).
 
     The KV layout is labkit's engine's: a full-size SWA cache and, by default, one unified
     KV buffer (``--kv-unified``; llama-server's own default for ``-np N`` is one stream per
     slot, whose equal-split micro-batches make ragged speculative batches cost several
-    passes, see ``engines.llamacpp``). No prompt cache: every request prefills.
+    passes, see ``engines.llamacpp``). No prompt cache: every request prefills. ``ngram_n``:
+    the n-gram lookup length of ``ngram-simple`` (labkit's n-gram drafter looks up 2..4).
     """
     args = ["-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-np", str(c),
             "-c", str(n_ctx_per_slot * c), "-t", str(threads), "-tb", str(threads),
@@ -90,9 +91,11 @@ def server_args(*, model: str, port: int, c: int, n_ctx_per_slot: int, threads: 
         args += ["--spec-type", spec_type, "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0"]
         if spec_type == "ngram-simple":
             # ngram-simple's draft length is its m-gram size (default 48), not --spec-draft-n-max
-            # (common/speculative.cpp at the vendored commit); without this a "k=1" arm drafts up to
-            # 48 tokens, as llama-server's own per-position counters showed
-            args += ["--spec-ngram-simple-size-m", str(k)]
+            # (common/speculative.cpp at the vendored commit): without this a "k=1" arm drafts up to
+            # 48 tokens, as llama-server's own per-position counters showed. And it drafts nothing
+            # when the m-gram is shorter than the lookup n-gram (default 12; common/ngram-map.cpp:
+            # copy_max < size_n), so the lookup is min(ngram_n, k) tokens
+            args += ["--spec-ngram-simple-size-m", str(k), "--spec-ngram-simple-size-n", str(min(ngram_n, k))]
         if spec_type in NEEDS_DRAFT_MODEL:
             if not draft_model:
                 raise LabkitError(f"--spec-type {spec_type} needs a draft model",
