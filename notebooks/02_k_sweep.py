@@ -101,7 +101,7 @@ lab.table("sweep-runs", rows, display=False)
 aa = verdicts.aa_tags(rows, temperature=measure_protocol.decision_temperature(R.temperatures),
                       margin=R.decision_margin, confidence=R.decision_confidence)
 lab.tags(aa)
-print(f"A/A control (plain vs plain): {aa.get('aa.line', 'not measured (aa_control: false)')}")
+print(aa.get('aa.line', 'A/A control (plain vs plain): not measured (aa_control: false)'))
 
 # %%
 greedy_t = measure_protocol.decision_temperature(R.temperatures)
