@@ -134,7 +134,7 @@ def test_drift_arithmetic_flags_what_moved_and_only_that():
     from labkit.provenance.drift import compare_metrics
 
     old = {"H_ms": 20.0, "H_ms.lo": 19.0, "H_ms.hi": 22.0, "r2": 0.99, "lab.cell_duration_s": 1.0}
-    moved, same = compare_metrics({"H_ms": 21.5, "r2": 0.90, "lab.cell_duration_s": 9.0}, old)
+    moved, same = compare_metrics({"H_ms": 21.5, "r2": 0.90, "lab.cell_duration_s": 9.0, "arms.done": 90.0}, {**old, "arms.done": 120.0})
     assert [m["metric"] for m in moved] == ["r2"] and [m["metric"] for m in same] == ["H_ms"]
     assert same[0]["basis"] == "intervals overlap" and moved[0]["basis"] == "no interval recorded: 5% of previous"
     moved, _ = compare_metrics({"H_ms": 200.0}, old)  # tenfold: beyond any recorded range

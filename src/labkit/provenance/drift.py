@@ -18,11 +18,11 @@ DECISIONS = ("best/k/",)  # metrics that are decisions (a k chosen by verdicts):
 
 
 def compare_metrics(new: dict, old: dict, *, rel_tol: float = REL_TOL) -> tuple[list[dict], list[dict]]:
-    """(moved, within-noise) rows for every metric both runs logged (ranges, lab/ bookkeeping and
+    """(moved, within-noise) rows for every metric both runs logged (ranges, lab/ and arms. bookkeeping and
     system/ metrics of the machine excluded)."""
     moved, same = [], []
     for name, v1 in new.items():
-        if name.endswith((".lo", ".hi")) or name.startswith(("lab.", "lab/", "system/")) or name not in old:
+        if name.endswith((".lo", ".hi")) or name.startswith(("lab.", "lab/", "system/", "arms.")) or name not in old:
             continue
         v0 = old[name]
         lo0, hi0 = old.get(f"{name}.lo", v0), old.get(f"{name}.hi", v0)
