@@ -67,10 +67,16 @@ def _fake_cache(tmp_path, monkeypatch) -> Path:
     return d
 
 
-def _no_cmake(monkeypatch, tmp_path):
+def _build_without_cmake(monkeypatch, tmp_path) -> list[str]:
+    """``native.build`` with no cmake on PATH: it stops at its first step, before any compile,
+    with the error that names cmake; returns what it said before that."""
     empty = tmp_path / "empty-path"
     empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))  # the rebuild stops at its first step, before any compile
+    monkeypatch.setenv("PATH", str(empty))
+    said = []
+    with pytest.raises(LabkitError, match="cmake is not installed"):
+        native.build(progress=said.append)
+    return said
 
 
 def test_a_damaged_cache_is_named_and_rebuilt_from_scratch(tmp_path, monkeypatch):
@@ -80,10 +86,7 @@ def test_a_damaged_cache_is_named_and_rebuilt_from_scratch(tmp_path, monkeypatch
     with pytest.raises(native.DamagedBuild) as e:
         native.find(verify=True)
     assert e.value.files == ["libllama.so"] and "libllama.so" in e.value.problem
-    said = []
-    _no_cmake(monkeypatch, tmp_path)
-    with pytest.raises(LabkitError, match="cmake is not installed"):
-        native.build(progress=said.append)
+    said = _build_without_cmake(monkeypatch, tmp_path)
     assert any("damaged" in s and "rebuilding from scratch" in s for s in said), said
     assert not (d / "build.json").exists()  # the damaged build is gone, never used again
 
@@ -95,10 +98,7 @@ def test_an_interrupted_build_is_never_used_and_is_resumed(tmp_path, monkeypatch
     assert native.find() is None and server_build.find() is None
     with pytest.raises(LabkitError, match="llama-server is not built"):
         native.tool("llama-server")
-    said = []
-    _no_cmake(monkeypatch, tmp_path)
-    with pytest.raises(LabkitError, match="cmake is not installed"):
-        native.build(progress=said.append)
+    said = _build_without_cmake(monkeypatch, tmp_path)
     assert any("resuming the unfinished build" in s for s in said), said
 
 
@@ -110,10 +110,7 @@ def test_a_tool_missing_from_an_old_cache_is_built_alone(tmp_path, monkeypatch):
     with pytest.raises(LabkitError, match="llama-batched-bench is not built") as e:
         native.tool("llama-batched-bench")
     assert "make setup" in e.value.fix
-    said = []
-    _no_cmake(monkeypatch, tmp_path)
-    with pytest.raises(LabkitError, match="cmake is not installed"):
-        native.build(progress=said.append)
+    said = _build_without_cmake(monkeypatch, tmp_path)
     assert any("lacks llama-batched-bench: building just those" in s for s in said), said
 
 
