@@ -43,7 +43,7 @@ def main(argv=None) -> int:
         print(f"global default for {g['drafter']}: k={g['k']} (geometric-mean speedup {g['geomean_speedup']:.2f}×)")
     if res.get("policy"):
         print(f"k: auto (priced per step): {res['policy']['line']}")
-        if res["policy"].get("llama_server_flags") not in (None, "None"):
+        if res["policy"].get("llama_server_flags"):
             print(f"llama-server (cannot take the policy): {res['policy']['llama_server_flags']}")
     emit(res)
     return 0

@@ -130,9 +130,10 @@ class Lab:
         return e
 
     def tags(self, tags: dict) -> dict:
-        """Set run tags (values cut to MLflow's 5000 characters): journaled first, so a store that
-        is away loses nothing (``labkit sync`` replays them); returns them."""
-        tags = {k: str(v)[:5000] for k, v in tags.items()}
+        """Set run tags (values cut to MLflow's 5000 characters; a None value sets no tag):
+        journaled first, so a store that is away loses nothing (``labkit sync`` replays them);
+        returns them."""
+        tags = {k: str(v)[:5000] for k, v in tags.items() if v is not None}
         self._journal({"type": "tags", "tags": tags})
         self._mlflow(lambda: tracking.set_tags(self.client, self.run_id, tags))
         return tags

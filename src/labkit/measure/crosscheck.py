@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import LabkitError
-from labkit.measure.verify_cost import context_ids
+from labkit.measure.verify_cost import _time_decode, context_ids
 
 Progress = Callable[[str], None] | None
 
@@ -56,17 +55,13 @@ def parse_bench(text: str) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["test", "m", "depth", "ms"])
 
 
-def _labkit_round(engine, ctx: list[int], rows: list[int], m_values: Sequence[int], kv_depth: int, reps: int,
-                  rng) -> list[dict]:
+def _labkit_round(engine, rows: list[int], m_values: Sequence[int], kv_depth: int, reps: int, rng) -> list[dict]:
     """``reps`` timings of m rows at ``kv_depth`` per m, with one logit row and with m."""
     out = []
     for _ in range(reps):
         for m in rng.permutation(list(m_values)):
             for all_logits in rng.permutation([False, True]):
-                t0 = time.perf_counter()
-                engine.decode(rows[: int(m)], all_logits=bool(all_logits))
-                ms = (time.perf_counter() - t0) * 1e3
-                engine.rollback(kv_depth)
+                ms = _time_decode(engine, rows[: int(m)], kv_depth, all_logits=bool(all_logits))
                 out.append({"m": int(m), "logit_rows": int(m) if all_logits else 1, "ms": ms})
     return out
 
@@ -98,9 +93,8 @@ def run(engine, exe: str | Path, *, m_values: Sequence[int] = tuple(range(1, 9))
                 engine.rollback(0)
                 engine.decode(ctx, all_logits=False)
                 for m in m_values:  # warm-up, as llama-bench's own
-                    engine.decode(rows[:m], all_logits=True)
-                    engine.rollback(kv_depth)
-                for s in _labkit_round(engine, ctx, rows, m_values, kv_depth, reps, rng):
+                    _time_decode(engine, rows[:m], kv_depth)
+                for s in _labkit_round(engine, rows, m_values, kv_depth, reps, rng):
                     samples.append({"source": "labkit", "test": "pp", "round": r, **s})
                 engine.rollback(0)
             else:

@@ -432,7 +432,6 @@ def _row(c: int, k: int, res: list[dict], spec_type: str) -> dict:
             "ttlt_p50_ms": pct(ttlt, 50), "ttlt_p95_ms": pct(ttlt, 95),
             "acceptance": accepted / drafted if drafted else None, "drafted": drafted, "accepted": accepted,
             "rows_per_step": None, "runs": len(res), "lossless": None,
-            "agg_decode_runs": [x.get("agg_decode_tok_s") for x in res],
             # llama-server's own /metrics counters for this arm (warm-up excluded)
             "draft_steps": _total([x.get("server_draft_steps") for x in res]),
             "accepted_per_pos": sum_per_pos([x.get("server_accepted_per_pos") or [] for x in res]),

@@ -18,6 +18,7 @@ from labkit.analysis.lossless import divergence_report
 from labkit.analysis.stats import summarize, tokens_from
 from labkit.decoding.loop import run
 from labkit.measure import arms, order
+from labkit.measure.policy_arm import arms_only
 
 ROW_KEYS = (
     "decode_tok_s", "e2e_tok_s", "ttft_ms", "ttlt_ms", "tokens", "decode_tokens", "steps", "spec_steps",
@@ -81,7 +82,7 @@ def k_sweep(
     """
     spec_ks = [k for k in ks if k > 0]
     # policy arms (``measure.policy_arm``): "<drafter>+<policy>" at the policy's k_max, no gate
-    policies = {k: v for k, v in (policies or {}).items() if not k.startswith("_")}
+    policies = arms_only(policies or {})
     arm_set = ([("none", 0)] + ([(AA, 0)] if control else []) + [(d, k) for d in drafters for k in spec_ks]
                + [(name, int(kmax)) for name, (_, _, kmax) in policies.items()])
     k_rows = max([*ks, *(int(kmax) for _, _, kmax in policies.values())])

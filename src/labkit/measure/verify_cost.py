@@ -27,9 +27,11 @@ def context_ids(engine, n: int, *, seed: int = 0) -> list[int]:
     return rng.integers(lo, engine.n_vocab, size=n).tolist()
 
 
-def _time_decode(engine, rows: Sequence[int], depth: int) -> float:
+def _time_decode(engine, rows: Sequence[int], depth: int, *, all_logits: bool = True) -> float:
+    """ms of one decode of ``rows`` at KV depth ``depth`` (rolled back after); ``all_logits``:
+    a logit row per row (a speculative verify), else for the last row only."""
     t0 = time.perf_counter()
-    engine.decode(list(rows), all_logits=True)  # returns after llama_synchronize / mx.eval
+    engine.decode(list(rows), all_logits=all_logits)  # returns after llama_synchronize / mx.eval
     dt = time.perf_counter() - t0
     engine.rollback(depth)
     return dt * 1e3

@@ -134,7 +134,7 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
     add(ITEMS[2], spill, spill, f"asked n_gpu_layers = {t.get('engine.n_gpu_layers', '-')}", sid)
     policy = (f"; also a candidate, k: auto (priced per step): {t['policy.line']}"
               + (f"; llama-server's closest flags: {t['policy.llama_server_flags']}"
-                 if t.get("policy.llama_server_flags") not in (None, "None") else "")) if t.get("policy.line") else ""
+                 if t.get("policy.llama_server_flags") else "")) if t.get("policy.line") else ""
     add(ITEMS[3], "0 (speculation off)", f"{d} n_max={k}", f"chosen by {cand['how']}" + policy,
         cand["source"] or sid)
     rs = sw.rows
