@@ -38,11 +38,17 @@ native() { PYTHONPATH=src "$VPY" src/labkit/engines/native.py --flags "$LLAMA_CM
 VPY="$VENV/bin/python"
 PYTAG=$("$VPY" -c 'import sys, platform; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')
 
-# Debian packages the tests need (Chromium, OpenBLAS for MLX, PostgreSQL): installed when
-# root, else the exact command is printed. Runs beside the Python work below.
+# Debian packages (cmake and g++ for the llama.cpp build; Chromium, OpenBLAS for MLX, PostgreSQL): installed when
+# root, else the exact command is printed. Runs beside the Python work below, or first when
+# the build toolchain itself is missing.
 sysdeps_pid=""
 if [ "${LABKIT_SYSTEM_DEPS:-1}" = 1 ] && [ -x scripts/system-deps.sh ]; then
-    scripts/system-deps.sh & sysdeps_pid=$!
+    if command -v cmake >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1; then
+        scripts/system-deps.sh & sysdeps_pid=$!
+    else  # the llama.cpp build below needs cmake and a C++ compiler: install them first
+        log "cmake or a C++ compiler is missing: installing the system packages before the llama.cpp build"
+        scripts/system-deps.sh || true
+    fi
 fi
 
 NATIVE_DIR=$(native dir)

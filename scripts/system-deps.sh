@@ -3,6 +3,7 @@
 #   chromium, chromium-driver  headless browser tests (selenium drives /usr/bin/chromium)
 #   libopenblas0-pthread       fast BLAS preloaded for MLX (its wheel's reference BLAS is slow)
 #   postgresql                 the team server's database (scripts/team-server.sh)
+#   cmake, g++                 the one llama.cpp build of scripts/setup.sh (engines/native.py)
 #   texlive-latex-base, texlive-latex-recommended, poppler-utils
 #                              pdflatex (booktabs, array, longtable) to check `labkit export --format latex`
 #                              compiles, pdftoppm to render it (tests/test_export.py)
@@ -11,7 +12,7 @@
 # so `make test` can go on and the tests that need a package skip with their own message.
 set -euo pipefail
 
-PKGS=(chromium chromium-driver libopenblas0-pthread postgresql texlive-latex-base texlive-latex-recommended poppler-utils)
+PKGS=(cmake g++ chromium chromium-driver libopenblas0-pthread postgresql texlive-latex-base texlive-latex-recommended poppler-utils)
 
 log() { printf '[system-deps] %s\n' "$*" >&2; }
 
