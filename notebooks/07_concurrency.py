@@ -123,11 +123,10 @@ if not skip:
     verdict = lab.table("concurrency-verdict", ctable.verdict(df, R.production_concurrency, margin=R.decision_margin,
                                                               confidence=R.decision_confidence))
     v = verdict.iloc[0]
-    lab.client.set_tag(lab.run_id, "concurrency.verdict", v["verdict"])
-    if v["aa_verdict"] is not None:
-        lab.client.set_tag(lab.run_id, "aa.verdict", v["aa_verdict"])
-        lab.client.set_tag(lab.run_id, "aa.reliable", str(v["aa_verdict"] == "no measurable difference").lower())
-    print(v["decision"] or v["verdict"], f"| A/A at c={R.production_concurrency}: {v['aa_verdict']}")
+    lab.tags({"concurrency.verdict": v["verdict"], "aa.verdict": v["aa_verdict"], "aa.problem": v["aa_problem"],
+              "aa.reliable": None if v["aa_reliable"] is None else str(v["aa_reliable"]).lower()})
+    print(v["decision"] or v["verdict"], f"| A/A at c={R.production_concurrency}: {v['aa_verdict']}",
+          f"-- box noise: {v['aa_problem']}" if v["aa_problem"] else "")
     forest = lab.table("concurrency-forest", ctable.forest(df, margin=R.decision_margin,
                                                            confidence=R.decision_confidence), display=False)
     lab.figure("forest", forest, name="concurrency-forest", margin=R.decision_margin,

@@ -170,6 +170,11 @@ def test_dips_and_verdict_from_rows():
     v = ctable.verdict(df, 4)
     assert v.iloc[0]["verdict"] == "loses at c=4" and v.iloc[0]["k"] == 3
     assert v.iloc[0]["hi"] < 0.98 and v.iloc[0]["aa_verdict"] == "no measurable difference"
+    assert v.iloc[0]["aa_reliable"] and v.iloc[0]["aa_problem"] is None
+    wide = [r if r["drafter"] != "aa" else {**r, "agg_runs": [40.0, 60.0, 49.6]} for r in rows]
+    w = ctable.verdict(ctable.table({"rows": wide}), 4).iloc[0]  # plain vs plain swings ±20% by round
+    assert w["aa_verdict"] == "no measurable difference" and not w["aa_reliable"]
+    assert "wider than ±10%" in w["aa_problem"]
     assert v.iloc[0]["decision"].startswith("ngram k=3 at c=4 (aggregate tok/s, best of 1): 0.91× (95% CI")
     assert ctable.verdict(df, 2).iloc[0]["verdict"] == "speculation pays at c=2"
     assert ctable.verdict(df, 8).iloc[0]["verdict"] == "not measured at c=8"

@@ -175,6 +175,21 @@ def test_best_k_metrics_go_through_the_selection_corrected_verdict():
 
 
 @pytest.mark.slow  # papermill
+def test_drift_names_a_run_its_own_aa_control_flagged(store):
+    """The drift report's "box" line: a busy box (machine tags) and a noisy one (the run's
+    own A/A control), read back from a real store."""
+    from labkit.provenance.drift import contention
+    c = tracking.client()
+    exp = c.create_experiment("drift-aa")
+    noisy = c.create_run(exp, tags={"lab.id": "LAB:02-aaaaaa-noisy", "aa.reliable": "false",
+                                    "aa.problem": "A/A control's interval 0.74–1.86 is wider than ±10%"})
+    quiet = c.create_run(exp, tags={"lab.id": "LAB:02-aaaaaa-quiet", "aa.reliable": "true"})
+    said = contention(c.get_run(quiet.info.run_id), c.get_run(noisy.info.run_id))
+    assert said.startswith("the previous run [LAB:02-aaaaaa-noisy] is unreliable by its own A/A control")
+    assert "0.74–1.86" in said and "this run" not in said
+    assert contention(c.get_run(quiet.info.run_id), c.get_run(quiet.info.run_id)) is None
+
+
 def test_regen_rerun_compares_within_noise(cost_run, store, tmp_path):
     res = regen(f"{cost_run['id']}/verify-per-m", out_dir=tmp_path, rerun=True)
     rr = res["rerun"]

@@ -70,17 +70,19 @@ def verdict(df: pd.DataFrame, c: int, *, engine: str = "labkit", margin: float =
     judged at confidence 1 - alpha/S for S arms (picking the best of several arms from one
     run is a selection; uncorrected it is a winner's curse by construction). "pays" needs
     "wins"; "no measurable difference" keeps speculation off (the simpler option). The A/A
-    control (a second plain arm, when measured) says whether the box's noise allows a verdict.
+    control (a second plain arm, when measured) says whether the box's noise allows a verdict
+    (``aa_reliable``, and ``aa_problem`` in words when it does not: ``decide.aa_problem``).
     """
     cols = ["c", "k", "drafter", "engine", "speedup", "lo", "hi", "verdict", "decision", "arms", "aa_verdict",
-            "other_engine_speedup"]
+            "aa_reliable", "aa_problem", "other_engine_speedup"]
     d = df[(df["engine"] == engine) & (df["c"] == c)]
     at = d[(d["k"] > 0) & (d["drafter"] != decide.AA)]
     plain = d[(d["k"] == 0) & (d["drafter"] != decide.AA)]
     if at.empty or plain.empty:
         return pd.DataFrame([{"c": c, "k": None, "drafter": None, "engine": engine, "speedup": None, "lo": None,
                               "hi": None, "verdict": f"not measured at c={c}", "decision": None, "arms": 0,
-                              "aa_verdict": None, "other_engine_speedup": None}], columns=cols)
+                              "aa_verdict": None, "aa_reliable": None, "aa_problem": None,
+                              "other_engine_speedup": None}], columns=cols)
     p = plain.iloc[0].to_dict()
     kw = {"margin": margin, "confidence": confidence}
     ests = {i: decide.estimate(_pairs(r.to_dict(), p), adjust=len(at), **kw) for i, r in at.iterrows()}
@@ -96,6 +98,7 @@ def verdict(df: pd.DataFrame, c: int, *, engine: str = "labkit", margin: float =
         "speedup": est.ratio, "lo": est.lo, "hi": est.hi, "verdict": word,
         "decision": est.line(f"{best['drafter']} k={int(best['k'])} at c={c} (aggregate tok/s, best of {len(at)})"),
         "arms": len(at), "aa_verdict": aa_est.verdict if aa_est is not None else None,
+        "aa_reliable": decide.aa_reliable(aa_est), "aa_problem": decide.aa_problem(aa_est),
         "other_engine_speedup": float(other["speedup"].max()) if not other.empty else None,
     }], columns=cols)
 

@@ -187,9 +187,33 @@ def aa_control(rows: pd.DataFrame, *, temperature: float | None = 0.0, value: st
     return compare(rows, arm={"drafter": AA, "k": 0}, value=value, temperature=temperature, **kw)
 
 
+AA_NOISE_MARGINS = 5  # an A/A interval wider than ±5 margins (±10% at the default) is box noise
+
+
+def aa_problem(aa: Estimate | None) -> str | None:
+    """Why the A/A control says this run's verdicts are unreliable; None when it does not.
+
+    Two ways: plain vs plain reads "wins" or "loses" (the box moved between arms), or it
+    reads "no measurable difference" only because its interval is too wide to say anything,
+    wider than ±``AA_NOISE_MARGINS`` margins: a box that cannot tell plain from plain
+    within ±10% cannot judge a ±2% question, whatever the spec arms' own intervals say."""
+    if aa is None:
+        return None
+    if aa.verdict != NO_DIFF:
+        return f"A/A control reads {aa.verdict} ({aa.ci_text()})"
+    if aa.ratio is None or aa.hi is None or not np.isfinite(aa.hi) or not aa.lo:
+        return f"A/A control has no interval ({aa.ci_text()})"
+    bound = AA_NOISE_MARGINS * aa.margin
+    if aa.hi > 1 + bound or aa.lo < 1 / (1 + bound):
+        return (f"A/A control's interval {aa.lo:.2f}–{aa.hi:.2f} is wider than ±{bound:.0%} "
+                f"({AA_NOISE_MARGINS} × the ±{aa.margin:.0%} margin)")
+    return None
+
+
 def aa_reliable(aa: Estimate | None) -> bool | None:
-    """The A/A control must read "no measurable difference"; None when there was none."""
-    return None if aa is None else aa.verdict == NO_DIFF
+    """The A/A control must read "no measurable difference" with an interval inside
+    ±``AA_NOISE_MARGINS`` margins (``aa_problem``); None when there was none."""
+    return None if aa is None else aa_problem(aa) is None
 
 
 def without_control(rows: pd.DataFrame) -> pd.DataFrame:

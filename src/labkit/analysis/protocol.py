@@ -133,7 +133,8 @@ def _budget_text(step: dict, th: Thresholds) -> str:
 def aa_row(rows: pd.DataFrame, *, temperature: float, th: Thresholds) -> dict | None:
     """The A/A control's row of the protocol-steps table (plain vs plain over every step's
     rounds); None when the rows carry no A/A arm. ``passed`` is whether it reads "no
-    measurable difference": when it does not, this box's noise decides the verdicts, and
+    measurable difference" with a narrow enough interval (``decide.aa_problem``): when it
+    does not, this box's noise decides the verdicts, and
     the run is flagged unreliable instead of reported as a result."""
     est = decide.aa_control(rows, temperature=temperature, margin=th.margin, confidence=th.confidence)
     if est is None:
@@ -147,7 +148,7 @@ def aa_row(rows: pd.DataFrame, *, temperature: float, th: Thresholds) -> dict | 
             "e2e_speedup_max": float(pairs["ratio"].max()), "decode_speedup": None, "acceptance": None,
             "first_token_acceptance": None, "toolsuite_verdict": "n/a: the A/A control (plain vs plain)",
             "passed": ok, "measured": True,
-            "stop_reason": "" if ok else (f"A/A control reads {est.verdict} ({est.ci_text()}): box noise; "
+            "stop_reason": "" if ok else (f"{decide.aa_problem(est)}: box noise; "
                                           "this run's verdicts are unreliable")}
 
 

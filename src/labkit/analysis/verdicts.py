@@ -46,15 +46,17 @@ def _from_row(s: dict) -> decide.Estimate:
 def aa_tags(rows: pd.DataFrame, *, temperature: float, margin: float = decide.DEFAULT_MARGIN,
             confidence: float = decide.DEFAULT_CONFIDENCE, prefix: str = "aa") -> dict:
     """Run tags of the A/A control: ``aa.verdict``, ``aa.reliable`` ("true"/"false": the run's
-    verdicts are trustworthy only when plain vs plain reads no measurable difference),
-    ``aa.ci`` and ``aa.line``; empty when the rows have no A/A arm."""
+    verdicts are trustworthy only when plain vs plain reads no measurable difference within
+    ±``decide.AA_NOISE_MARGINS`` margins), ``aa.ci``, ``aa.line`` and, when unreliable,
+    ``aa.problem``; empty when the rows have no A/A arm."""
     est = decide.aa_control(rows, temperature=temperature, margin=margin, confidence=confidence)
     if est is None:
         return {}
     ok = decide.aa_reliable(est)
     return {f"{prefix}.verdict": est.verdict, f"{prefix}.reliable": str(ok).lower(),
             f"{prefix}.ci": f"{est.ratio:.3f} [{est.lo:.3f}, {est.hi:.3f}]" if est.ratio else "",
-            f"{prefix}.line": est.line(AA_LABEL) + ("" if ok else " -- box noise: this run's verdicts are unreliable")}
+            f"{prefix}.line": est.line(AA_LABEL) + ("" if ok else " -- box noise: this run's verdicts are unreliable"),
+            **({} if ok else {f"{prefix}.problem": decide.aa_problem(est)})}
 
 
 def forest_table(rows: pd.DataFrame, *, margin: float = decide.DEFAULT_MARGIN,

@@ -70,12 +70,17 @@ def compare_with_previous(c, result: dict, *, rel_tol: float = REL_TOL) -> dict 
 
 
 def contention(this, previous) -> str | None:
-    """Which of the two runs measured on a busy box (``machine.contended`` tags), in words;
-    None when neither did. A move next to a busy run may be the box, not the code."""
+    """Which of the two runs measured on a busy or noisy box, in words; None when neither
+    did. Busy: the ``machine.contended`` tags (other processes took the CPUs). Noisy: the
+    run's own A/A control flagged it (``aa.reliable`` false, ``aa.problem`` saying why),
+    the measured form of the same question. A move next to either may be the box, not the code."""
     said = []
     for label, run in (("this run", this), ("the previous run", previous)):
         t = run.data.tags
         if t.get("machine.contended") == "true":
             said.append(f"{label} [{t.get('lab.id')}] measured on a busy box (other processes took "
                         f"{float(t.get('machine.busy', 0)):.0%} of the CPUs; {t.get('machine.top_others') or '-'})")
+        if t.get("aa.reliable") == "false":
+            said.append(f"{label} [{t.get('lab.id')}] is unreliable by its own A/A control "
+                        f"({t.get('aa.problem') or t.get('aa.line') or t.get('aa.verdict')}): box noise")
     return "; ".join(said) or None
