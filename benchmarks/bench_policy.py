@@ -12,7 +12,7 @@ The policy is one object for the whole run (it learns online across prompts, as 
 server would; round 0 is an unrecorded warm-up that it also learns from); it prices
 steps with verify(m) measured at the start of this run. Each ratio (arm/plain, auto/best
 fixed k, auto/peer) is paired by prompt and round and goes through the decisions API
-(``analysis.decide.estimate``: geometric mean, cluster-bootstrap CI over prompts then
+(``analysis.decide.estimate``: geometric mean, Student t CI over the prompt means of the
 rounds, verdict against ±2%). The best fixed k of a workload is picked from the same
 data (by its estimated ratio to plain), so auto/best is conservative for auto.
 
