@@ -19,7 +19,14 @@ data (by its estimated ratio to plain), so auto/best is conservative for auto.
 Peer (edit prompts only): LlamaPromptLookupDecoding at num_pred_tokens --peer-k on the
 same model, threads and prompts, decode tok/s as in ``bench_lookup.py``; best by median.
 
-    python benchmarks/bench_policy.py [--per-workload 2] [--rounds 3] [--max-tokens 64] [--set 0]
+At c > 1 (``--c 4``): labkit's multi-slot loop (``measure.concurrency.bench_concurrency``)
+on the same held-out prompts, each workload's prompts cycled into max(c, prompts)
+requests, arms plain, the A/A control, fixed k = 1..4 and auto (one policy per workload
+for all its rounds, choosing every stream's j together), interleaved by round. The unit
+of pairing is the round (every request through both arms); per workload the interval is
+over rounds, pooled it is over workloads (rounds averaged within each).
+
+    python benchmarks/bench_policy.py [--per-workload 2] [--rounds 3] [--max-tokens 64] [--set 0] [--c 1]
 
 Prints progress on stderr and JSON as its last line.
 """
@@ -93,6 +100,7 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--peer-k", default="2,3,4,8", help="LlamaPromptLookupDecoding num_pred_tokens values")
     ap.add_argument("--verify-rounds", type=int, default=8)
+    ap.add_argument("--c", type=int, default=1, help="concurrent streams (c > 1: the multi-slot loop)")
     args = ap.parse_args()
     recipe = load(None)
     wls = args.workloads.split(",")
@@ -104,6 +112,10 @@ def main() -> None:
     log(f"measuring verify(m), m = 1..{K_MAX + 1}")
     ver = verify_cost.bench_verify(eng, m_values=range(1, K_MAX + 2), rounds=args.verify_rounds, kv_depth=200)
     vm = costmodel.fit_verify_model(costmodel.verify_frame(ver))
+    if args.c > 1:
+        eng.close()
+        print(json.dumps(at_concurrency(args, sets, art, vm, recipe), default=float))
+        return
     auto_drafter = NgramDrafter()
     pol = policies.make("priced", k_max=K_MAX, drafter=auto_drafter, verify=vm)
 
@@ -199,6 +211,64 @@ def main() -> None:
         "provenance": fingerprint.collect(engine=eng),
     }
     print(json.dumps(res, default=float))
+
+
+def at_concurrency(args, sets: dict, art, vm, recipe) -> dict:
+    """The same comparison at c = args.c streams (module docstring)."""
+    from labkit.analysis import concurrency as ctable
+    from labkit.measure import concurrency as conc
+
+    c, n, ks = args.c, args.max_tokens, [0, *FIXED]
+    per_workload, pooled = {}, {}
+    for w, prompts in sets.items():
+        probe = LlamaCppEngine(art.path, n_ctx=2048, n_threads=args.threads, artifact=art.describe())
+        ids = [probe.tokenize(p.text) for p in prompts]
+        probe.close()
+        per = conc.n_ctx_per_seq(ids, max_tokens=n, ks=[K_MAX], n_ctx=4096)
+        eng = LlamaCppEngine(art.path, n_ctx=per * c, n_threads=args.threads, n_seq_max=c, kv_unified=True,
+                             artifact=art.describe())
+        res = conc.bench_concurrency(
+            eng, ids, cs=[c], ks=ks, make_drafter=NgramDrafter, runs=args.rounds, max_tokens=n, seed=SEED,
+            control=True, progress=lambda m, w=w: log(f"{w}: {m}"),
+            policy=("priced", lambda: policies.make("priced", k_max=K_MAX, drafter=NgramDrafter(), verify=vm), K_MAX))
+        eng.close()
+        df = ctable.table(res)
+        rows = {("auto" if "+" in str(r["drafter"]) else "aa" if r["drafter"] == decide.AA else f"k{r['k']}"): r
+                for r in df.to_dict("records")}
+        fixed = {a: decide.estimate(ctable.round_pairs(rows[a], rows["k0"])) for a in (f"k{k}" for k in FIXED)}
+        best = max(fixed, key=lambda a: fixed[a].ratio or 0.0)
+        vs = {a: decide.estimate(ctable.round_pairs(rows[a], rows["k0"])) for a in ("aa", "auto")} | fixed
+        auto_best = decide.estimate(ctable.round_pairs(rows["auto"], rows[best]))
+        for a in ("aa", "auto", best):
+            pooled.setdefault(a if a != best else "best_fixed", []).append(
+                ctable.round_pairs(rows[a], rows["k0"]).assign(prompt=w))
+        pooled.setdefault("auto_vs_best_fixed", []).append(ctable.round_pairs(rows["auto"], rows[best]).assign(prompt=w))
+        pol_row = rows["auto"]
+        per_workload[w] = {
+            "vs_plain_aggregate": {a: _est_dict(e) for a, e in vs.items()}, "best_fixed": best,
+            "auto_vs_best_fixed_aggregate": _est_dict(auto_best),
+            "median_agg_tok_s": {a: r["agg_tok_s"] for a, r in rows.items()},
+            "lossless": {a: r["lossless"] for a, r in rows.items()},
+            "auto_j_histogram": next(r["policy_j"] for r in res["rows"] if "+" in str(r["drafter"])),
+            "auto_acceptance": pol_row["acceptance"],
+        }
+        log(f"{w} at c={c}: auto vs plain {vs['auto'].ci_text()} {vs['auto'].verdict}; vs {best} "
+            f"{auto_best.ci_text()}; A/A {vs['aa'].ci_text()}")
+    return {
+        "benchmark": f"priced draft length policy (k: auto) vs plain and the best fixed k at c = {c} streams",
+        "held_out": {w: [p.id for p in ps] for w, ps in sets.items()},
+        "held_out_rule": f"as at c = 1: set {args.set} of {args.per_workload} per workload (seed {SEED})",
+        "c": c, "rounds": args.rounds, "max_tokens": n, "metric": "aggregate tok/s of a round (all requests)",
+        "verify_fit": {"H_ms": vm.H, "V_ms": [float(vm.V(m)) for m in range(1, K_MAX + 2)],
+                       "note": "single-stream verify(m), m 1..9, also prices the shared decode's rows (extrapolated)"},
+        "per_workload": per_workload,
+        "pooled": {a: _est_dict(decide.estimate(pd.concat(ps, ignore_index=True))) for a, ps in pooled.items()},
+        "provenance": fingerprint.collect(),
+    }
+
+
+def _est_dict(e) -> dict:
+    return {"ratio": e.ratio, "lo": e.lo, "hi": e.hi, "verdict": e.verdict, "line": e.ci_text()}
 
 
 if __name__ == "__main__":

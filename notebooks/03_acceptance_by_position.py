@@ -54,3 +54,16 @@ lab.figure("accept_by_position", top, name="accept-per-draft", value="accept_per
 rej = sweep_tables.rejection_table(rows)
 lab.table("accepted-length-and-rejected-time", rej)
 lab.metrics(sweep_tables.rejection_metrics(rej, kmax))
+
+# %% [markdown]
+# Where the draft length policy (`k: auto`, measured by 02 as an arm beside the fixed k)
+# chose which j: the share of steps at each j per workload and per quarter of the
+# generation, and the tokens such a step emitted. Empty when 02's recipe had no `auto`.
+
+# %%
+prow = queries.optional_table(lab.client, src, "policy-runs")
+pj = lab.table("policy-j", sweep_tables.policy_j_table(prow))
+if pj.empty:
+    print(f"no policy arm in [{src_id}]: add auto to the recipe's k (k: [0, 1, 2, 3, auto]) and rerun 02")
+else:
+    lab.figure("policy_j", pj, name="policy-j", title="where k: auto chose which j (share of steps)")

@@ -39,12 +39,11 @@ crosscheck_tolerance = None  # labkit's plain arms vs llama-batched-bench (0.10:
 
 # %%
 from labkit import lab as labkit_lab
-from labkit.analysis import batchcost, costmodel
+from labkit.analysis import batchcost, costmodel, decide
 from labkit.analysis import concurrency as ctable
-from labkit.analysis import decide
 from labkit.config import runtime
 from labkit.measure import concurrency as conc
-from labkit.measure import serve
+from labkit.measure import crosscheck, policy_arm, serve
 from labkit.provenance import tracking
 from labkit.report import rebench
 from labkit.suites.workloads import load_workload
@@ -66,9 +65,14 @@ if not skip:
     ids = conc.tokenize(R, [p.text for p in load_workload(workload, limit=R.prompts_per_workload)])
     per_seq = conc.n_ctx_per_seq(ids, max_tokens=R.max_tokens, ks=ks, n_ctx=R.n_ctx)
     engine = lab.engine(n_seq_max=max(cs), n_ctx=per_seq)
-    res = conc.bench_concurrency(engine, ids, cs=cs, ks=ks, make_drafter=conc.drafter_factory(R, engine, spec["drafter"]),
-                                 drafter_name=spec["drafter"], runs=R.runs, max_tokens=R.max_tokens, seed=R.seed,
-                                 interleave=R.interleave, progress=lab.progress, control=R.aa_control)
+    make_drafter = conc.drafter_factory(R, engine, spec["drafter"])
+    pol, pol_source = policy_arm.concurrency_arm(R, engine, make_drafter, progress=lab.progress)  # k: auto
+    lab.tags({"policy.verify_source": pol_source})
+    bb_rounds = crosscheck.BatchedRounds(runtime.resolve_model(R).path, cs=cs, prompts=ids, max_tokens=R.max_tokens,
+                                         threads=R.threads or 2, progress=lab.progress)  # interleaved by round
+    res = conc.bench_concurrency(engine, ids, cs=cs, ks=ks, make_drafter=make_drafter, drafter_name=spec["drafter"],
+                                 runs=R.runs, max_tokens=R.max_tokens, seed=R.seed, interleave=R.interleave,
+                                 progress=lab.progress, control=R.aa_control, policy=pol, after_round=bb_rounds)
 
 # %%
 if not skip:
@@ -92,21 +96,20 @@ if not skip:
 # ## Cross-checks on the same build: llama-batched-bench and llama-server's own counters
 #
 # labkit's plain arms (aggregate decode tok/s, prefill left out) against
-# `llama-batched-bench` at c = 1..4 (same prompt length, tokens, threads and KV layout), and
+# `llama-batched-bench` at c = 1..4 (same prompt length, tokens, threads and KV layout; one
+# call after each of labkit's rounds, so the pairs are interleaved), and
 # acceptance by draft position from labkit's step records beside llama-server's own
 # `/metrics` counters for the same prompts (two n-gram implementations: side by side).
 
 # %%
 if not skip:
     from labkit.analysis import crosscheck as xc
-    from labkit.measure import crosscheck
 
-    bb = crosscheck.for_concurrency(res, runtime.resolve_model(R).path, prompts=ids, max_tokens=R.max_tokens,
-                                    threads=R.threads or 2, progress=lab.progress)
+    bb = bb_rounds.result()
     lab.table("batched-bench-runs", bb["rows"], display=False)
     bagree = lab.table("batched-bench-agreement", xc.batched_agreement(df, bb["rows"], tolerance=R.crosscheck_tolerance))
     lab.tags({"crosscheck.batched_bench": xc.summary_batched(bagree),
-              "crosscheck.batched_bench_command": " ".join(bb["command"])})
+              "crosscheck.batched_bench_command": " ".join(bb["command"]), "crosscheck.batched_bench_order": bb["order"]})
     lab.table("acceptance-by-position", xc.acceptance_by_position(df))
 
 # %%

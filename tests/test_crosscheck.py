@@ -89,6 +89,45 @@ def test_real_llama_bench_against_the_real_engine(engine):
     assert tags["crosscheck.verdict"] in ("agree", "disagree", "undetermined") and "llama-bench" in tags["crosscheck.line"]
 
 
+@pytest.mark.slow  # the real llama-batched-bench of the one build, between labkit's multi-slot rounds
+def test_real_batched_bench_runs_between_labkits_rounds(embedded):
+    from labkit.analysis import concurrency as ctable
+    from labkit.engines.llamacpp import LlamaCppEngine
+    from labkit.measure import concurrency
+    from labkit.suites.workloads import load_workload
+
+    multi = LlamaCppEngine(embedded.path, n_ctx=512 * 2, n_threads=2, n_seq_max=2, kv_unified=True,
+                           artifact=embedded.describe())
+    try:
+        ids = [multi.tokenize(p.text) for p in load_workload("edit", limit=2)]
+        seen = []
+        bb = crosscheck.BatchedRounds(embedded.path, cs=[1, 2, 8], prompts=ids, max_tokens=8, threads=2)
+        assert bb.cmd[bb.cmd.index("-npl") + 1] == "1,2"  # c above 4 is left out
+
+        def after(r):
+            seen.append((r, len(bb.rows)))
+            bb(r)
+
+        res = concurrency.bench_concurrency(multi, ids, cs=[1, 2], ks=[0], runs=2, max_tokens=8, after_round=after)
+    finally:
+        multi.close()
+    assert seen == [(0, 0), (1, 1)]  # one batched-bench call after each labkit round, in order
+    out = bb.result()
+    assert sorted(out["rows"]["round"].unique()) == [0, 1] and set(out["rows"]["pl"]) == {1, 2}
+    assert out["order"].startswith("interleaved")
+    t = xc.batched_agreement(ctable.table(res), out["rows"])
+    assert t["c"].tolist() == [1, 2] and (t["rounds"] == 2).all() and (t["ratio"] > 0).all()
+
+
+def test_batched_rounds_without_a_round_is_a_clear_error():
+    from labkit.errors import LabkitError
+
+    bb = crosscheck.BatchedRounds("m.gguf", cs=[1], prompts=[[1, 2, 3]], max_tokens=4, threads=1, exe="/x/bb",
+                                  runner=lambda cmd: "")
+    with pytest.raises(LabkitError, match="ran no round"):
+        bb.result()
+
+
 def test_parse_batched_reads_the_json_lines_among_the_log():
     text = ("main: n_kv_max = 2048, n_batch = 2048\n"
             '{"n_kv_max": 2048, "n_batch": 2048, "n_ubatch": 512, "flash_attn": -1, "is_pp_shared": 0, '

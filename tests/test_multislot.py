@@ -154,6 +154,44 @@ def test_bench_concurrency_rows_and_batch_cost(multi, prompts):
     assert pred["rel_error"].notna().all()
 
 
+class FlatVerify:
+    """SYNTHETIC verify(rows): a verify barely dearer than a plain step at any row count, so
+    the policy drafts (its pricing is tested in test_policy; here: the arm's plumbing)."""
+
+    H = 25.0
+
+    def V(self, m):
+        return 25.0 if int(m) <= 1 else 26.0
+
+
+def test_the_policy_is_an_arm_at_every_c(multi, prompts):
+    from labkit.decoding.policy import make
+
+    made = []
+
+    def factory():
+        made.append(make("priced", k_max=4, drafter=NgramDrafter(), verify=FlatVerify()))
+        return made[-1]
+
+    rounds = []
+    res = concurrency.bench_concurrency(multi, prompts[:2], cs=[1, 2], ks=[0], make_drafter=NgramDrafter, runs=2,
+                                        max_tokens=16, control=True, policy=("priced", factory, 4),
+                                        after_round=rounds.append)
+    assert len(made) == 2 and rounds == [0, 1]  # one policy per c, kept across its rounds; a hook per round
+    rows = {(r["c"], r["drafter"]): r for r in res["rows"]}
+    assert set(rows) == {(c, d) for c in (1, 2) for d in ("none", "aa", "ngram+priced")}
+    for c in (1, 2):
+        pol = rows[(c, "ngram+priced")]
+        assert pol["k"] == 4 and pol["lossless"] is True, pol["divergences"]
+        assert sum(pol["policy_j"].values()) > 0 and max(pol["policy_j"]) > 0  # it drafted, per step
+        assert 0 < pol["policy_drafting_share"] <= 1 and pol["speedup_pairs"] is not None
+    assert set(res["policy"]["describe"]) == {1, 2} and res["policy"]["k_max"] == 4
+    v = ctable.verdict(ctable.table(res), 2).iloc[0]
+    assert v["drafter"] == "ngram+priced" and v["aa_verdict"] is not None
+    with pytest.raises(LabkitError, match="needs a drafter"):
+        concurrency.bench_concurrency(multi, prompts[:1], cs=[1], ks=[0], policy=("priced", factory, 4))
+
+
 def test_dips_and_verdict_from_rows():
     # SYNTHETIC rows: the dip and verdict logic on a hand-made table, not a measurement
     rows = [{"engine": "labkit", "c": c, "k": k, "drafter": "ngram" if k else "none", "agg_tok_s": a,

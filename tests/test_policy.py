@@ -375,7 +375,7 @@ def test_a_deeper_position_borrows_the_running_rate_of_the_one_before():
 
 @pytest.mark.slow  # verify(m) measured, then a small sweep with the policy arm, on the real engine
 def test_k_auto_is_an_arm_of_the_sweep_judged_like_a_fixed_k(engine):
-    from labkit.analysis import verdicts
+    from labkit.analysis import sweep_tables, verdicts
     from labkit.measure import policy_arm, sweep
 
     r = from_dict({"k": [0, 1, "auto"], "drafters": ["ngram"], "policy_k_max": 3, "policy_verify_rounds": 2,
@@ -395,6 +395,11 @@ def test_k_auto_is_an_arm_of_the_sweep_judged_like_a_fixed_k(engine):
     # what it chose: every step's j in 0..k_max, and the fixed llama-server flags closest to it
     hist = t["j_histogram"].iloc[0]
     assert set(hist) <= {0, 1, 2, 3} and sum(hist.values()) == sum(len(x) for x in p[~p["cold"]]["policy_js"])
+    pj = sweep_tables.policy_j_table(p)  # 03's view of the same choices: where each j was chosen
+    whole = pj[pj["segment"] == "all"]
+    assert dict(zip(whole["j"], whole["steps"], strict=True)) == hist
+    assert (pj.groupby("segment")["share"].sum().round(9) == 1).all()
+    assert (whole[whole["j"] == 0]["tokens_per_step"] == 1).all() and (whole["tokens_per_step"] <= whole["j"] + 1).all()
     flags = verdicts.llama_server_flags(t)
     assert 0 <= t["spec_draft_n_max"].iloc[0] <= 3
     assert flags.startswith(f"--spec-type ngram-simple --spec-ngram-simple-size-m {t['spec_draft_n_max'].iloc[0]} ")

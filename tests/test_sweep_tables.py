@@ -112,3 +112,21 @@ def test_gate_comparison_carries_both_verdicts_and_says_where_the_gate_changes_o
     assert m.loc["edit", "verdict_gate_off"] == m.loc["edit", "verdict_gate_on"] == "wins"
     assert not m.loc["edit", "verdict_changed"]
     assert m.loc["prose", "speedup_hi_gate_off"] < 1 < m.loc["prose", "speedup_hi_gate_on"]
+
+
+def test_policy_j_table_says_where_each_j_was_chosen():
+    """Constructed policy rows (labelled numbers): one warm run of 8 steps drafting only in
+    its second half, and a cold run that must not count."""
+    warm = {"drafter": "ngram+priced", "workload": "edit", "cold": False,
+            "policy_js": [0, 0, 0, 0, 2, 2, 4, 4], "policy_accepted": [0, 0, 0, 0, 2, 1, 4, 3]}
+    cold = {**warm, "cold": True, "policy_js": [8] * 8, "policy_accepted": [8] * 8}
+    t = sweep_tables.policy_j_table(pd.DataFrame([warm, cold]))
+    a = t[t["segment"] == "all"].set_index("j")
+    assert a["steps"].to_dict() == {0: 4, 2: 2, 4: 2} and a["share"].to_dict() == {0: 0.5, 2: 0.25, 4: 0.25}
+    assert a["tokens_per_step"].to_dict() == {0: 1.0, 2: 2.5, 4: 4.5}
+    first = t[t["segment"] == "1st quarter"]
+    assert first["j"].tolist() == [0] and first["steps"].tolist() == [2]
+    assert t[t["segment"] == "4th quarter"]["j"].tolist() == [4]
+    assert t["segment"].iloc[0] == "all"  # "all" first, then the quarters in order
+    assert sweep_tables.policy_j_table(pd.DataFrame([{"drafter": "ngram", "workload": "edit"}])).empty
+    assert sweep_tables.policy_j_table(None).empty

@@ -30,9 +30,9 @@ def table(*results: dict | None) -> pd.DataFrame:
 
 
 def dips(df: pd.DataFrame) -> pd.DataFrame:
-    """Each place where aggregate tok/s falls as c grows, per (engine, k)."""
+    """Each place where aggregate tok/s falls as c grows, per (engine, drafter, k)."""
     out = []
-    for (eng, k), g in decide.without_control(df).groupby(["engine", "k"]):
+    for (eng, _, k), g in decide.without_control(df).groupby(["engine", "drafter", "k"], dropna=False):
         g = g.sort_values("c")
         prev = None
         for r in g.itertuples():
@@ -52,7 +52,7 @@ def non_monotonic(df: pd.DataFrame) -> bool:
     return not dips(df).empty
 
 
-def _pairs(spec, plain) -> pd.DataFrame:
+def round_pairs(spec, plain) -> pd.DataFrame:
     """Per-round aggregate tok/s of an arm over the plain arm's of the same round: each round
     ran every request through both, interleaved, so a round is the pairing unit here."""
     a, b = list(spec.get("agg_runs") or []), list(plain.get("agg_runs") or [])
@@ -85,11 +85,11 @@ def verdict(df: pd.DataFrame, c: int, *, engine: str = "labkit", margin: float =
                               "other_engine_speedup": None}], columns=cols)
     p = plain.iloc[0].to_dict()
     kw = {"margin": margin, "confidence": confidence}
-    ests = {i: decide.estimate(_pairs(r.to_dict(), p), adjust=len(at), **kw) for i, r in at.iterrows()}
+    ests = {i: decide.estimate(round_pairs(r.to_dict(), p), adjust=len(at), **kw) for i, r in at.iterrows()}
     i = max(ests, key=lambda j: ests[j].ratio or 0.0)
     best, est = at.loc[i], ests[i]
     aa = d[d["drafter"] == decide.AA]
-    aa_est = decide.estimate(_pairs(aa.iloc[0].to_dict(), p), **kw) if len(aa) else None
+    aa_est = decide.estimate(round_pairs(aa.iloc[0].to_dict(), p), **kw) if len(aa) else None
     word = {decide.WINS: f"speculation pays at c={c}", decide.LOSES: f"loses at c={c}"}.get(
         est.verdict, f"no measurable difference at c={c}")
     other = df[(df["engine"] != engine) & (df["c"] == c) & (df["k"] > 0) & df["speedup"].notna()]
@@ -114,9 +114,10 @@ def forest(df: pd.DataFrame, *, margin: float = decide.DEFAULT_MARGIN,
             continue
         p = plain.iloc[0].to_dict()
         for r in d[(d["k"] > 0) | (d["drafter"] == decide.AA)].itertuples():
-            est = decide.estimate(_pairs(r._asdict(), p), margin=margin, confidence=confidence)
+            est = decide.estimate(round_pairs(r._asdict(), p), margin=margin, confidence=confidence)
             aa = r.drafter == decide.AA
-            out.append({"label": f"{eng} A/A (plain vs plain) · c={c}" if aa else f"{eng} {r.drafter} k={r.k} · c={c}",
+            name = f"{r.drafter} (k_max {r.k})" if "+" in str(r.drafter) else f"{r.drafter} k={r.k}"  # a policy arm
+            out.append({"label": f"{eng} A/A (plain vs plain) · c={c}" if aa else f"{eng} {name} · c={c}",
                         "drafter": "A/A" if aa else r.drafter, "k": int(r.k), "workload": f"c={c}", "engine": eng,
                         "c": int(c), "ratio": est.ratio, "lo": est.lo, "hi": est.hi, "verdict": est.verdict,
                         "rounds": est.n_pairs, "basis": "aggregate tok/s", "confidence": est.confidence})

@@ -163,6 +163,41 @@ def position_table(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+SEGMENTS = ("1st quarter", "2nd quarter", "3rd quarter", "4th quarter")
+
+
+def policy_j_table(prow: pd.DataFrame) -> pd.DataFrame:
+    """Where a draft length policy chose which j: over the warm runs of each policy arm
+    (``policy_js``: the j of every step, ``policy_accepted``: its accepted tokens), per
+    drafter, workload and quarter of the generation (and "all"), the share of steps at each
+    j and the tokens each such step emitted (accepted + 1)."""
+    cols = ["drafter", "workload", "segment", "j", "steps", "share", "tokens_per_step"]
+    if prow is None or prow.empty or "policy_js" not in prow:
+        return pd.DataFrame(columns=cols)
+    r = prow if "cold" not in prow else prow[~prow["cold"].astype(bool)]
+    steps = []
+    for x in r.to_dict("records"):
+        js = list(x.get("policy_js") or [])
+        acc = x.get("policy_accepted")
+        acc = list(acc) if isinstance(acc, (list, tuple, np.ndarray)) else [None] * len(js)
+        for i, (j, a) in enumerate(zip(js, acc, strict=True)):
+            seg = SEGMENTS[min(3, 4 * i // max(1, len(js)))]
+            steps.append({"drafter": x["drafter"], "workload": x["workload"], "segment": seg, "j": int(j),
+                          "tokens": None if a is None else a + 1})
+    if not steps:
+        return pd.DataFrame(columns=cols)
+    s = pd.DataFrame(steps)
+    s = pd.concat([s.assign(segment="all"), s], ignore_index=True)
+    g = s.groupby(["drafter", "workload", "segment", "j"], sort=True)
+    out = g.size().rename("steps").reset_index()
+    out["tokens_per_step"] = g["tokens"].mean().to_numpy()
+    out["share"] = out["steps"] / out.groupby(["drafter", "workload", "segment"])["steps"].transform("sum")
+    order = {seg: i for i, seg in enumerate(("all", *SEGMENTS))}
+    out = out.sort_values(["drafter", "workload", "segment", "j"], key=lambda c: c.map(order) if c.name == "segment"
+                          else c, ignore_index=True)
+    return out[cols]
+
+
 def rejection_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Mean accepted length and the time spent on rejected drafts, per drafter/workload/k."""
     warm = rows[(~rows["cold"]) & (rows["k"] > 0)]

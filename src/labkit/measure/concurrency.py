@@ -39,6 +39,7 @@ from labkit.measure.verify_cost import Progress
 
 DEFAULT_C = (1, 2, 4, 8)
 AA_ARM = -1  # the A/A control's key among the (c, k) arms: a plain arm measured a second time
+POLICY_ARM = -2  # the draft length policy's key among the (c, k) arms (``policy=``)
 
 
 def sum_per_pos(lists: Sequence[Sequence[int]]) -> list[int]:
@@ -176,6 +177,8 @@ def bench_concurrency(
     check_lossless: bool = True,
     progress: Progress = None,
     control: bool = False,
+    policy: tuple[str, Callable[[], object], int] | None = None,
+    after_round: Callable[[int], None] | None = None,
 ) -> dict:
     """Every (c, k) arm, ``runs`` interleaved rounds; returns JSON-ready results.
 
@@ -183,6 +186,12 @@ def bench_concurrency(
     each run, the same list for every c. Greedy only (temperature 0): the lossless check
     needs it, and sampling at c > 1 adds nothing to the cost question. ``control`` adds the
     A/A arm at every c (a second plain arm, drafter "aa", interleaved like the others).
+    ``policy`` = (name, factory, k_max) adds the draft length policy's arm at every c
+    (drafter "<drafter>+<name>", k = k_max, interleaved like the others): one policy object
+    per c for all its rounds, so it learns online across rounds as a server would, and
+    chooses every stream's j together, pricing the shared decode (``decoding.multislot``).
+    ``after_round(r)`` runs after round r's arms (an outside tool's round, interleaved with
+    labkit's: ``measure.crosscheck.BatchedRounds``).
     """
     cs, ks = sorted(set(cs)), sorted(set(ks))
     if not cs or min(cs) < 1:
@@ -202,23 +211,35 @@ def bench_concurrency(
         if progress:
             progress(f"single-stream references: {len(ref)} prompts")
     run_many(engine, reqs[: max(cs)], c=max(cs), k=0, stop_at_eog=True)  # warm-up: every slot once, not recorded
-    arms = [(c, k) for c in cs for k in ks] + ([(c, AA_ARM) for c in cs] if control and 0 in ks else [])
+    if policy is not None and make_drafter is None:
+        raise LabkitError("a draft length policy arm needs a drafter", "pass make_drafter (e.g. --drafter ngram)")
+    arms = ([(c, k) for c in cs for k in ks] + ([(c, AA_ARM) for c in cs] if control and 0 in ks else [])
+            + ([(c, POLICY_ARM) for c in cs] if policy is not None else []))
+    pols: dict[int, object] = {}  # c -> the policy arm's one policy object
     results: dict[tuple, list] = {a: [] for a in arms}
     lossless: dict[tuple, list] = {a: [] for a in arms}
     for r in range(runs):
         for c, k in order.arm_order(arms, r, policy=interleave, seed=seed):
-            kk = 0 if k == AA_ARM else k
-            recs = run_many(engine, reqs, c=c, k=kk, make_drafter=make_drafter if kk else None, seed=seed)
-            results[(c, k)].append(run_stats(recs))
+            if k == POLICY_ARM:
+                pol = pols.setdefault(c, policy[1]())
+                recs = run_many(engine, reqs, c=c, k=policy[2], make_drafter=make_drafter, seed=seed, policy=pol)
+            else:
+                kk = 0 if k == AA_ARM else k
+                recs = run_many(engine, reqs, c=c, k=kk, make_drafter=make_drafter if kk else None, seed=seed)
+            results[(c, k)].append({**run_stats(recs), **(_policy_stats(recs) if k == POLICY_ARM else {})})
             if check_lossless:
                 lossless[(c, k)].extend(_lossless(engine, reqs, recs, ref, near_tie=near_tie))
             if progress:
                 s = results[(c, k)][-1]
-                progress(f"round {r + 1}/{runs} c={c} {'A/A plain' if k == AA_ARM else f'k={k}'}: "
+                what = {AA_ARM: "A/A plain", POLICY_ARM: f"{policy[0] if policy else ''} (k_max {policy[2] if policy else ''})"}
+                progress(f"round {r + 1}/{runs} c={c} {what.get(k, f'k={k}')}: "
                          f"{s['agg_tok_s']:.1f} tok/s aggregate, "
                          f"{s['per_stream_tok_s'] or 0:.1f} per stream")
-    rows = [_row(c, 0 if k == AA_ARM else k, results[(c, k)], lossless[(c, k)] if check_lossless else None,
-                 AA if k == AA_ARM else drafter_name) for c, k in arms]
+        if after_round is not None:
+            engine.seq_clear()
+            after_round(r)
+    rows = [_arm_row(c, k, results[(c, k)], lossless[(c, k)] if check_lossless else None, drafter_name, policy)
+            for c, k in arms]
     base = {c: next(r for r in rows if r["c"] == c and r["k"] == min(ks)) for c in cs}
     for (c, k), row in zip(arms, rows, strict=True):
         b = base[row["c"]]
@@ -239,8 +260,10 @@ def bench_concurrency(
         "prompt_tokens": [len(p) for p in prompts],
         "rows": rows,
         "reference": {i: [t for rec in recs for t in rec.tokens] for i, recs in ref.items()},
-        "batch_steps": [{"c": c, "k": max(k, 0), **s} for (c, k), res in results.items() for x in res
-                        for s in x["batch_steps"]],
+        "policy": None if policy is None else {"name": policy[0], "k_max": policy[2],
+                                               "describe": {c: p.describe() for c, p in pols.items()}},
+        "batch_steps": [{"c": c, "k": policy[2] if k == POLICY_ARM else max(k, 0), **s}
+                        for (c, k), res in results.items() for x in res for s in x["batch_steps"]],
     }
 
 
@@ -283,6 +306,29 @@ def _lossless(engine, reqs, recs, ref, *, near_tie) -> list[dict]:
         out.append({"stream": i, **rep})
     engine.seq_clear()
     return out
+
+
+def _policy_stats(recs) -> dict:
+    """The policy arm's choices in one run: how often each j was chosen over stream steps."""
+    js = [r.policy_j for r in recs if r.policy_j is not None]
+    return {"policy_j": {int(j): js.count(j) for j in sorted(set(js))}}
+
+
+def _arm_row(c: int, k: int, res: list[dict], loss, drafter: str, policy) -> dict:
+    """The row of one (c, k) arm; the A/A and policy arms under their own drafter names."""
+    if k == AA_ARM:
+        return _row(c, 0, res, loss, AA)
+    if k == POLICY_ARM:
+        row = _row(c, policy[2], res, loss, f"{drafter}+{policy[0]}")
+        hist: dict[int, int] = {}
+        for x in res:
+            for j, n in x.get("policy_j", {}).items():
+                hist[j] = hist.get(j, 0) + n
+        total = sum(hist.values())
+        return {**row, "policy": policy[0], "policy_j": hist,
+                "policy_mean_j": sum(j * n for j, n in hist.items()) / total if total else None,
+                "policy_drafting_share": sum(n for j, n in hist.items() if j) / total if total else None}
+    return _row(c, k, res, loss, drafter)
 
 
 def _row(c: int, k: int, res: list[dict], loss: list[dict] | None, drafter: str) -> dict:

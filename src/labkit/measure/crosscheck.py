@@ -191,17 +191,31 @@ def batched(exe: str | Path, model: str | Path, *, pp: int, tg: int, npl: Sequen
     return {"rows": pd.concat(out, ignore_index=True), "command": cmd}
 
 
-def for_concurrency(res: dict, model: str | Path, *, prompts: Sequence[Sequence[int]], max_tokens: int,
-                    threads: int, progress: Progress = None) -> dict:
-    """07's plain arms against llama-batched-bench at c = 1..4 (the recipe's c values up to
-    4), as many rounds as 07 measured, run after labkit's arms (batched-bench is one process
-    per call: its rounds are not interleaved with labkit's, and the note says so)."""
-    from labkit.engines import native
+class BatchedRounds:
+    """07's plain arms against llama-batched-bench at c = 1..4 (the recipe's c values up to 4),
+    interleaved: ``bench_concurrency(..., after_round=this)`` calls it after each of labkit's
+    rounds, and it runs llama-batched-bench once (every c in one call) with that round's index,
+    so a drift of the box lands on both sides of a pair. ``result()`` is what ``batched``
+    returns, plus the order."""
 
-    build = native.build(progress=progress)
-    cs = [c for c in res["cs"] if c <= 4]
-    pp = int(np.median([len(p) for p in prompts]))
-    out = batched(Path(build["bin"]) / "llama-batched-bench", model, pp=pp, tg=max_tokens, npl=cs, threads=threads,
-                  rounds=int(res.get("runs") or 1), progress=progress)
-    out["order"] = "after labkit's and llama-server's arms, one call per round"
-    return out
+    def __init__(self, model: str | Path, *, cs: Sequence[int], prompts: Sequence[Sequence[int]], max_tokens: int,
+                 threads: int, progress: Progress = None, runner: Callable[[list[str]], str] | None = None,
+                 exe: str | Path | None = None):
+        if exe is None:
+            from labkit.engines import native
+
+            exe = Path(native.build(progress=progress)["bin"]) / "llama-batched-bench"
+        pp = int(np.median([len(p) for p in prompts]))
+        self.cmd = batched_args(exe, model, pp=pp, tg=max_tokens, npl=[c for c in cs if c <= 4], threads=threads)
+        self.runner, self.progress, self.rows = runner or _run_bench, progress, []
+
+    def __call__(self, r: int) -> None:
+        self.rows.append(parse_batched(self.runner(self.cmd)).assign(round=r))
+        if self.progress:
+            self.progress(f"llama-batched-bench after labkit's round {r + 1}")
+
+    def result(self) -> dict:
+        if not self.rows:
+            raise LabkitError("llama-batched-bench ran no round", "pass it to bench_concurrency(after_round=...)")
+        return {"rows": pd.concat(self.rows, ignore_index=True), "command": self.cmd,
+                "order": "interleaved: one llama-batched-bench call after each of labkit's rounds"}

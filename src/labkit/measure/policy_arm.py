@@ -50,6 +50,17 @@ def policy_arms(recipe, engine, drafters: dict, *, progress: Progress = None) ->
     return out
 
 
+def concurrency_arm(recipe, engine, make_drafter, *, progress: Progress = None) -> tuple[tuple | None, str | None]:
+    """The policy arm of the concurrency re-bench (``measure.concurrency.bench_concurrency``'s
+    ``policy=``): (name, factory, k_max) and where its verify(m) came from; (None, None)
+    when the recipe has no policy. A shared decode of c streams is priced with the same
+    single-stream verify(m) over all its rows (07 fits the batch cost after the arms ran)."""
+    if recipe.policy is None or make_drafter is None:
+        return None, None
+    vm, source = verify_model(recipe, engine, progress=progress)
+    return (recipe.policy, lambda: runtime.make_policy(recipe, make_drafter(), verify=vm), recipe.policy_k_max), source
+
+
 def arms_only(policies: dict) -> dict:
     """The arms of ``policy_arms`` (its bookkeeping keys left out)."""
     return {k: v for k, v in policies.items() if not k.startswith("_")}

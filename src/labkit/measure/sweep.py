@@ -41,6 +41,7 @@ def _row(recs, k_max: int) -> dict:
     steps = [r for r in recs if r.mode != "prefill" and getattr(r, "policy_j", None) is not None]
     if steps:  # a policy arm: the j it chose at each step, and its predicted acceptance where it drafted
         row["policy_js"] = [int(r.policy_j) for r in steps]
+        row["policy_accepted"] = [int(r.accepted) for r in steps]
         row["policy_preds"] = [round(float(x), 4) for r in steps for x in (r.policy_pred or [])[: int(r.policy_j)]]
     return row
 

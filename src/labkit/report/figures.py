@@ -279,13 +279,15 @@ def plot_replay_vs_measured(data: pd.DataFrame, *, title: str = "replay predicti
 
 @register("tok_s_vs_c")
 def plot_tok_s_vs_c(data: pd.DataFrame, *, title: str = "throughput vs concurrency c"):
-    """Aggregate tok/s (min-max bars) and per-stream tok/s vs c, a line per (engine, k)."""
+    """Aggregate tok/s (min-max bars) and per-stream tok/s vs c, a line per (engine, drafter, k)
+    (a draft length policy's arm, drafter "<drafter>+<policy>", is its own line at its k_max)."""
     d = data.sort_values("c")
     fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.9))
     drawn = []
-    for i, ((eng, k), g) in enumerate(d.groupby(["engine", "k"])):
+    for i, ((eng, drafter, k), g) in enumerate(d.groupby(["engine", "drafter", "k"], dropna=False)):
         style = "-" if eng == "labkit" else "--"
-        label = f"{eng} k={k}" + (f" ({g['drafter'].iloc[0]})" if k else " (plain)")
+        label = (f"{eng} {drafter} (k_max {k})" if "+" in str(drafter)
+                 else f"{eng} k={k}" + (f" ({drafter})" if k else " (plain)"))
         lo = (g["agg_tok_s"] - g["agg_tok_s_min"]).fillna(0).clip(lower=0)
         hi = (g["agg_tok_s_max"] - g["agg_tok_s"]).fillna(0).clip(lower=0)
         axes[0].errorbar(g["c"], g["agg_tok_s"], yerr=[lo, hi], ls=style, marker="o", capsize=2, label=label,
@@ -300,6 +302,33 @@ def plot_tok_s_vs_c(data: pd.DataFrame, *, title: str = "throughput vs concurren
     fig.suptitle(title)
     fig.tight_layout()
     return fig, pd.concat(drawn, ignore_index=True)
+
+
+@register("policy_j")
+def plot_policy_j(data: pd.DataFrame, *, title: str = "where the draft length policy chose which j"):
+    """``sweep_tables.policy_j_table``: the share of steps at each j, stacked, per workload
+    (left: the whole generation) and per quarter of the generation (right, all workloads)."""
+    d = data[data["segment"] == "all"]
+    js = sorted(data["j"].unique())
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.6))
+    for ax, (frame, by) in zip(axes, ((d, "workload"), (data[data["segment"] != "all"], "segment"))):
+        t = frame.groupby([by, "j"])["steps"].sum().unstack(fill_value=0).reindex(columns=js, fill_value=0)
+        t = t.div(t.sum(axis=1), axis=0)
+        if by == "segment":
+            t = t.reindex([s for s in ("1st quarter", "2nd quarter", "3rd quarter", "4th quarter") if s in t.index])
+        bottom = np.zeros(len(t))
+        for i, j in enumerate(js):
+            ax.bar(range(len(t)), t[j].to_numpy(), bottom=bottom, color=f"C{i}", label=f"j = {j}")
+            bottom += t[j].to_numpy()
+        ax.set_xticks(range(len(t)), t.index, rotation=20, fontsize=8)
+        ax.set_ylabel("share of steps")
+        ax.set_ylim(0, 1)
+    axes[0].set_title("per workload")
+    axes[1].set_title("per quarter of the generation")
+    axes[1].legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig, data.reset_index(drop=True)
 
 
 @register("calibration")
