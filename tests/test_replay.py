@@ -83,6 +83,26 @@ def test_prediction_prices_each_replayed_step():
     assert by_k.iloc[0]["pred_acceptance"] == pytest.approx(4 / 6) and by_k.iloc[0]["k"] == 2
 
 
+def test_the_planner_reads_acceptance_by_position_from_a_replay():
+    """``plan --acceptance replay:LAB:…``: the replay-prediction table's positions, by hand.
+    k=2: 3 steps, position 1 accepted twice, position 2 twice -> (2/3, 2/3); the k=1
+    replay of the same stream is ignored (the largest k replayed is read)."""
+    from labkit.errors import LabkitError
+    from labkit.report.plan_tables import acceptance_from_replay_rows
+
+    rows = [{"drafter": "x", "workload": "w", "prompt": "p", "k": k, "steps": rp.replay(PROMPT, STREAM, Spoiled(STREAM), k,
+                                                                                        max_tokens=8)} for k in (1, 2)]
+    table = rp.prediction_table(rows, V=lambda m: 10.0 * np.asarray(m), H=10.0)
+    assert table[table["k"] == 2]["pred_acc_pos"].iloc[0] == [2, 2]
+    acc = acceptance_from_replay_rows(table, drafter="x", source="LAB:02-aaaaaa-bbbbb")
+    assert acc["p"] == pytest.approx([2 / 3, 2 / 3]) and acc["k_max"] == 2 and acc["steps"] == 3
+    assert acc["source"] == "replay of LAB:02-aaaaaa-bbbbb"
+    with pytest.raises(LabkitError, match="replayed no ngram drafts"):
+        acceptance_from_replay_rows(table, drafter="ngram")
+    with pytest.raises(LabkitError, match="rerun 02_k_sweep"):
+        acceptance_from_replay_rows(table.drop(columns=["pred_acc_pos"]), drafter="x")
+
+
 # -- the claim, on the real engine -----------------------------------------------------
 MAX_TOKENS = 24
 

@@ -128,7 +128,8 @@ def predict_run(records: list[dict], *, V: Callable, H: float, overhead: tuple[f
 
 def prediction_table(replays: list[dict], *, V: Callable, H: float, overhead: tuple[float, float] = (0.0, 0.0))\
         -> pd.DataFrame:
-    """One row per (drafter, workload, prompt, k) from replay results.
+    """One row per (drafter, workload, prompt, k) from replay results (``pred_acc_pos``: the
+    steps that accepted draft position i, what ``labkit plan --acceptance replay:LAB:…`` reads).
 
     ``replays``: dicts with drafter, workload, prompt, k, steps (``replay``'s records),
     and optionally prefill_ms (the plain run's prefill).
@@ -138,7 +139,7 @@ def prediction_table(replays: list[dict], *, V: Callable, H: float, overhead: tu
         s = summarize_replay(r["steps"], r["k"])
         p = predict_run(r["steps"], V=V, H=H, overhead=overhead, prefill_ms=r.get("prefill_ms", 0.0))
         rows.append({"drafter": r["drafter"], "workload": r["workload"], "prompt": r["prompt"], "k": r["k"],
-                     **{f"pred_{key}": v for key, v in s.items() if key not in ("acc_pos", "drafts_reaching_pos")},
+                     **{f"pred_{key}": v for key, v in s.items() if key != "drafts_reaching_pos"},
                      **{key if key.startswith("pred_") else f"pred_{key}": v for key, v in p.items()}})
     return pd.DataFrame(rows)
 

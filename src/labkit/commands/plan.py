@@ -5,6 +5,7 @@ compares (the residual is kept in the profile, so later plans say how right they
     labkit plan --model big-moe.gguf --profile this --n-cpu-moe 0,10,14,24 --n-max 0..4 \\
                 --acceptance 0.85,0.7,0.59
     labkit plan --model gemma-3-270m-q4_k_m --acceptance LAB:02-3fa2c1-k7q2m --c 1,2,4
+    labkit plan --model gemma-3-270m-q4_k_m --acceptance replay:LAB:02-3fa2c1-k7q2m --n-max 0..8
     labkit plan --check                     # predicted vs measured on this box
     labkit plan --published                 # the planner beside the seeds' published numbers
 """
@@ -50,7 +51,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-max", default="0..4", help="draft lengths (default 0..4; 0 is plain decoding)")
     p.add_argument("--c", default="1", help="concurrent streams for §B (default 1)")
     p.add_argument("--acceptance", help="per-position acceptance: '0.85,0.7,0.59' (P(position i accepted), "
-                                        "non-increasing) or the LAB ID of a 02_k_sweep run")
+                                        "non-increasing), the LAB ID of a 02_k_sweep run (its measured "
+                                        "sweep), or replay:LAB-ID (its replay of the plain runs, every k "
+                                        "replayed)")
     p.add_argument("--drafter", default="ngram", choices=["ngram", "mtp", "model"],
                    help="what drafts: ngram (D ~ 0), mtp (the model's nextn layers), model (--draft-model)")
     p.add_argument("--draft-model", help="the draft model's GGUF, for --drafter model")
@@ -67,6 +70,12 @@ def _acceptance(text: str | None, drafter: str) -> dict:
     if not text:
         raise LabkitError("--acceptance is required: the planner prices bytes, not how often drafts are accepted",
                           "give per-position values (--acceptance 0.85,0.7,0.59) or a 02_k_sweep LAB ID")
+    if text.strip().lower().startswith("replay:"):
+        from labkit.provenance import tracking
+        from labkit.report import plan_tables
+
+        return plan_tables.acceptance_from_replay(tracking.client(), text.strip()[len("replay:"):].strip("[] "),
+                                                  drafter=drafter)
     if text.strip().upper().startswith("LAB:") or text.strip().startswith("[LAB"):
         from labkit.provenance import tracking
         from labkit.report import plan_tables
@@ -76,7 +85,8 @@ def _acceptance(text: str | None, drafter: str) -> dict:
         return {"p": [float(x) for x in text.split(",") if x.strip()], "source": "given"}
     except ValueError:
         raise LabkitError(f"--acceptance {text!r} is neither numbers nor a LAB ID",
-                          "write --acceptance 0.85,0.7,0.59 or --acceptance LAB:02-…") from None
+                          "write --acceptance 0.85,0.7,0.59, --acceptance LAB:02-… (the measured sweep) or "
+                          "--acceptance replay:LAB:02-… (its replay)") from None
 
 
 def _host_build() -> tuple[dict, dict]:

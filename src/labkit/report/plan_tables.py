@@ -4,7 +4,8 @@ measurement, the planner beside published numbers, and the speedup-vs-spill figu
 Tables are tidy numeric frames (logged as they are); ``human`` turns a plan into the lines a
 terminal prints. Acceptance can come from a logged k sweep (``acceptance_from_lab``): the
 probability that draft position i is accepted in a step, pooled over the sweep's warm greedy
-runs at its largest k.
+runs at its largest k; or from the same sweep's replay of its plain runs
+(``acceptance_from_replay``), which reaches every k replayed without measuring it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,38 @@ def acceptance_from_lab(c, text: str, *, drafter: str = "ngram", temperature: fl
     for i in range(1, k):  # pooled counts are non-increasing by construction; guard float dust
         p[i] = min(p[i], p[i - 1])
     return {"p": p, "source": str(lab), "k_max": k, "steps": int(steps), "drafter": drafter}
+
+
+def acceptance_from_replay_rows(pred: pd.DataFrame, *, drafter: str = "ngram", source: str = "") -> dict:
+    """Per-position acceptance from 02's replay of its plain runs (the "replay-prediction"
+    table: every prompt's plain greedy output replayed at each k, no target involved): at the
+    largest k replayed for ``drafter``, P(position i accepted in a step) = steps that accepted
+    position i / decode steps, pooled over prompts. The same denominator as a measured sweep."""
+    if pred is None or pred.empty or "pred_acc_pos" not in pred:
+        raise LabkitError(f"{source or 'this run'} has no replayed acceptance by position (pred_acc_pos)",
+                          "rerun 02_k_sweep (runs logged before the planner read replays lack it), or give "
+                          "--acceptance LAB:02-… (the measured sweep) or per-position values")
+    g = pred[pred["drafter"] == drafter]
+    if g.empty:
+        raise LabkitError(f"{source or 'this run'} replayed no {drafter} drafts (it replayed: "
+                          f"{sorted(pred['drafter'].unique())})", "pick one of those with --drafter")
+    top = g[g["k"] == g["k"].max()]
+    k, steps = int(top["k"].iloc[0]), float(top["pred_steps"].sum())
+    if not steps:
+        raise LabkitError(f"{source or 'this run'}'s replay at k={k} has no decode steps", "replay longer outputs")
+    p = [sum(int(a[i]) for a in top["pred_acc_pos"] if a is not None and len(a) > i) / steps for i in range(k)]
+    for i in range(1, k):
+        p[i] = min(p[i], p[i - 1])
+    return {"p": p, "source": f"replay of {source}" if source else "replay", "k_max": k, "steps": int(steps),
+            "drafter": drafter, "prompts": int(top["prompt"].nunique()) if "prompt" in top else None}
+
+
+def acceptance_from_replay(c, text: str, *, drafter: str = "ngram") -> dict:
+    """``acceptance_from_replay_rows`` of the 02_k_sweep run ``text`` names (``replay:LAB:…``)."""
+    lab = parse_id(text)
+    run = tracking.find_run(c, lab.run)
+    return acceptance_from_replay_rows(evidence.table_or_none(c, run, "replay-prediction"), drafter=drafter,
+                                       source=str(lab))
 
 
 def e_table(res: dict) -> pd.DataFrame:
@@ -110,12 +143,18 @@ POST_PROSE = [0.85, 0.72, 0.59]  # the post's prose acceptance (data/published/s
 
 def acceptance_for(c, recipe) -> dict:
     """Per-position acceptance for a plan of ``recipe``'s model: its newest 02_k_sweep (first of the
-    recipe's drafters with warm greedy runs), else the post's prose profile, labelled as such."""
+    recipe's drafters with warm greedy runs; else that sweep's replay of its plain runs), else
+    the post's prose profile, labelled as such."""
     s = evidence.sweep(c, recipe)
     if s.rows is not None and s.id:
         for d in recipe.drafters:
             try:
                 return {**acceptance_from_lab(c, s.id, drafter=d), "why": f"measured by {s.id}"}
+            except LabkitError:
+                continue
+        for d in recipe.drafters:
+            try:
+                return {**acceptance_from_replay(c, s.id, drafter=d), "why": f"replayed by {s.id} (no warm runs)"}
             except LabkitError:
                 continue
     why = s.why or "the newest sweep has no warm greedy runs"
