@@ -32,7 +32,7 @@ def table(*results: dict | None) -> pd.DataFrame:
 def dips(df: pd.DataFrame) -> pd.DataFrame:
     """Each place where aggregate tok/s falls as c grows, per (engine, drafter, k)."""
     out = []
-    for (eng, _, k), g in decide.without_control(df).groupby(["engine", "drafter", "k"], dropna=False):
+    for (eng, k, _), g in decide.without_control(df).groupby(["engine", "k", "drafter"], dropna=False):
         g = g.sort_values("c")
         prev = None
         for r in g.itertuples():
@@ -50,6 +50,11 @@ def dips(df: pd.DataFrame) -> pd.DataFrame:
 def non_monotonic(df: pd.DataFrame) -> bool:
     """True when any (engine, k) series has aggregate tok/s falling with c."""
     return not dips(df).empty
+
+
+def arm_name(drafter, k) -> str:
+    """``ngram k=3``, or for a draft length policy's arm (drafter ``ngram+priced``) ``ngram+priced (k_max 8)``."""
+    return f"{drafter} (k_max {int(k)})" if "+" in str(drafter) else f"{drafter} k={int(k)}"
 
 
 def round_pairs(spec, plain) -> pd.DataFrame:
@@ -96,7 +101,7 @@ def verdict(df: pd.DataFrame, c: int, *, engine: str = "labkit", margin: float =
     return pd.DataFrame([{
         "c": int(c), "k": int(best["k"]), "drafter": best["drafter"], "engine": engine,
         "speedup": est.ratio, "lo": est.lo, "hi": est.hi, "verdict": word,
-        "decision": est.line(f"{best['drafter']} k={int(best['k'])} at c={c} (aggregate tok/s, best of {len(at)})"),
+        "decision": est.line(f"{arm_name(best['drafter'], best['k'])} at c={c} (aggregate tok/s, best of {len(at)})"),
         "arms": len(at), "aa_verdict": aa_est.verdict if aa_est is not None else None,
         "aa_reliable": decide.aa_reliable(aa_est), "aa_problem": decide.aa_problem(aa_est),
         "other_engine_speedup": float(other["speedup"].max()) if not other.empty else None,
@@ -116,8 +121,7 @@ def forest(df: pd.DataFrame, *, margin: float = decide.DEFAULT_MARGIN,
         for r in d[(d["k"] > 0) | (d["drafter"] == decide.AA)].itertuples():
             est = decide.estimate(round_pairs(r._asdict(), p), margin=margin, confidence=confidence)
             aa = r.drafter == decide.AA
-            name = f"{r.drafter} (k_max {r.k})" if "+" in str(r.drafter) else f"{r.drafter} k={r.k}"  # a policy arm
-            out.append({"label": f"{eng} A/A (plain vs plain) · c={c}" if aa else f"{eng} {name} · c={c}",
+            out.append({"label": f"{eng} A/A (plain vs plain) · c={c}" if aa else f"{eng} {arm_name(r.drafter, r.k)} · c={c}",
                         "drafter": "A/A" if aa else r.drafter, "k": int(r.k), "workload": f"c={c}", "engine": eng,
                         "c": int(c), "ratio": est.ratio, "lo": est.lo, "hi": est.hi, "verdict": est.verdict,
                         "rounds": est.n_pairs, "basis": "aggregate tok/s", "confidence": est.confidence})
