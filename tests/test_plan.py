@@ -221,7 +221,9 @@ def test_published_comparison_reports_every_cell_and_knows_its_own_predictions()
     assert res["row_order_predicted"] == ["dense, zero spill", "MoE, 10 layers spilled", "MoE, 14 layers spilled",
                                           "MoE, 24 layers spilled"]
     assert all(c["published_tok_s"] > 0 and c["predicted_tok_s"] > 0 for c in res["cells"])
-    assert all("ms per token" in line for line in plan_published.missed_term(res["cells"]))
+    missed = plan_published.missed_term(res["cells"])
+    assert all("ms per token" in line for line in missed[:-1])
+    assert missed[-1].startswith("over the spilled rows: an extra verify row costs")
     mine = copy.deepcopy(data)
     it = iter(res["cells"])
     for row in mine["published"]["chapter3_E"]:
@@ -230,6 +232,27 @@ def test_published_comparison_reports_every_cell_and_knows_its_own_predictions()
     again = plan_published.compare(mine, models)
     assert again["winners_match"] and again["signs_match"] and again["row_order_match"]
     assert max(abs(c["tok_s_error"]) for c in again["cells"]) < 1e-9
+    real = plan_published.extra_row_shape(res["cells"])  # the extra row's cost against spill (arithmetic: below)
+    assert real["cells"] == 6 and real["line"].startswith("an extra verify row costs")
+
+
+def test_extra_row_shape_recovers_a_known_line():
+    """Constructed cells (labelled numbers): plain step 40 + 0.5·spilled ms, an extra row 5 + 2·spilled ms."""
+    from labkit.analysis import plan_published
+
+    cells = []
+    for spilled, k in ((10, 1), (10, 2), (20, 1), (30, 3)):
+        H = 40 + 0.5 * spilled
+        V = H + k * (5 + 2 * spilled)
+        tok = 1 + 0.8 * k
+        cells.append({"spilled_layers": spilled, "n_max": k, "tokens_per_step": tok, "published_tok_s": 1e3 * tok / V,
+                      "published_baseline_tok_s": 1e3 / H, "predicted_tok_s": 1e3 * tok / (H + k * 10),
+                      "predicted_baseline_tok_s": 1e3 / H})
+    shape = plan_published.extra_row_shape(cells)
+    assert shape["published"]["a_ms"] == pytest.approx(5) and shape["published"]["b_ms_per_layer"] == pytest.approx(2)
+    assert shape["planner"]["a_ms"] == pytest.approx(10) and shape["planner"]["b_ms_per_layer"] == pytest.approx(0, abs=1e-9)
+    assert shape["plain_ms_per_spilled_layer"] == pytest.approx(0.5)
+    assert plan_published.extra_row_shape(cells[:2]) is None  # one spilled count: no line
 
 
 def test_a_drafter_that_drafts_less_is_priced_by_its_draft_lengths(tmp_path):

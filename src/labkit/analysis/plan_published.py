@@ -84,7 +84,8 @@ def compare(data: dict, models: dict) -> dict:
                         "predicted_speedup": x["speedup"], "speedup_error": x["speedup"] / pub_sp - 1,
                         "acceptance": c["acceptance"], "sign_match": (pub_sp > 1) == (x["speedup"] > 1),
                         "row_winner_published": pub_win, "row_winner_predicted": pred_win,
-                        "winner_match": pub_win == pred_win, "dominant": x["dominant"]})
+                        "winner_match": pub_win == pred_win, "dominant": x["dominant"],
+                        "tokens_per_step": x["tokens_per_step"]})
     rank = lambda o: [n for n, _ in sorted(o, key=lambda t: -t[1])]  # noqa: E731
     return {"cells": out, "boxes": boxes, "row_order_published": rank(order_pub), "row_order_predicted": rank(order_pred),
             "row_order_match": rank(order_pub) == rank(order_pred),
@@ -93,7 +94,8 @@ def compare(data: dict, models: dict) -> dict:
 
 def missed_term(cells: list[dict]) -> list[str]:
     """Where the plan misses, in the inequality's terms: the verify cost per step the published
-    tok/s implies beside the one the planner prices (same acceptance, D ≈ 0)."""
+    tok/s implies beside the one the planner prices (same acceptance, D ≈ 0); when it misses,
+    a last line on how an extra row's cost grows with spill (``extra_row_shape``)."""
     out = []
     for c in cells:
         if c["winner_match"] and c["sign_match"]:
@@ -107,4 +109,37 @@ def missed_term(cells: list[dict]) -> list[str]:
         out.append(f"{c['row']} n_max={c['n_max']}: published {tokens_pub_ms:.1f} ms per token against "
                    f"{tokens_pred_ms:.1f} predicted ({ratio:.2f}×); the planner misses {why}; "
                    f"dominant priced term: {c['dominant']}")
-    return out
+    shape = extra_row_shape(cells) if out else None
+    return out + ([f"over the spilled rows: {shape['line']}"] if shape else [])
+
+
+def extra_row_shape(cells: list[dict]) -> dict | None:
+    """What one extra verify row costs, as the published cells imply it and as the planner prices
+    it, against the number of spilled layers (the spilled rows only): per cell, (V(k+1) - H) / k
+    with V(k+1) = tokens per step / tok/s at the acceptance used, and H = 1 / plain tok/s; then a
+    least-squares line a + b * spilled for each. Beside them, the plain step's own cost per
+    spilled layer (the slope of 1 / plain tok/s over the rows). None with fewer than two
+    distinct spilled counts."""
+    sp = [c for c in cells if c["spilled_layers"] > 0 and c.get("tokens_per_step")]
+    if len({c["spilled_layers"] for c in sp}) < 2:
+        return None
+    x = np.array([c["spilled_layers"] for c in sp], float)
+
+    def per_row(tok_s: str, base: str) -> np.ndarray:
+        return np.array([(1e3 * c["tokens_per_step"] / c[tok_s] - 1e3 / c[base]) / c["n_max"] for c in sp])
+
+    def line(y: np.ndarray) -> tuple[float, float]:
+        b, a = np.polyfit(x, y, 1)
+        return float(a), float(b)
+
+    rows = {(c["spilled_layers"], c["published_baseline_tok_s"]) for c in sp}
+    sx = np.array([r[0] for r in rows], float)
+    first = float(np.polyfit(sx, [1e3 / r[1] for r in rows], 1)[0])
+    pa, pb = line(per_row("published_tok_s", "published_baseline_tok_s"))
+    qa, qb = line(per_row("predicted_tok_s", "predicted_baseline_tok_s"))
+    return {"published": {"a_ms": pa, "b_ms_per_layer": pb}, "planner": {"a_ms": qa, "b_ms_per_layer": qb},
+            "plain_ms_per_spilled_layer": first, "cells": len(sp),
+            "line": (f"an extra verify row costs {pa:.1f} + {pb:.2f}·(spilled layers) ms as the published cells imply "
+                     f"it, {qa:.1f} + {qb:.2f}·(spilled layers) as the planner prices it; the plain step costs "
+                     f"{first:.2f} ms per spilled layer, so on the published box each extra row costs "
+                     f"{pb / first:.1f}× the first row's spill, which expert bytes alone (at most 1×) cannot explain")}
