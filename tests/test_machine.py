@@ -77,7 +77,7 @@ def probed():
     from labkit.engines.llamacpp import build_info
     from labkit.provenance.fingerprint import host_info
 
-    return machine.probe(host=host_info(), build=build_info(), threads=1, rounds=4, gib=0.25)
+    return machine.probe(host=host_info(), build=build_info(), threads=2, rounds=4, gib=0.25)
 
 
 def test_probe_measures_this_host_and_predicts_its_own_calibration_model(probed, embedded):
@@ -85,6 +85,8 @@ def test_probe_measures_this_host_and_predicts_its_own_calibration_model(probed,
     assert p["kind"] == "measured" and p["device"] is None and p["device_note"] == "not measured: no accelerator"
     assert p["host"]["bandwidth_gbs"] > 0.5 and 0 < p["overhead_ms"] < p["calibration"]["H_ms"]
     assert p["host"]["row_ns_per_param"] > 0 and p["host"]["matvec_ns_per_param"] >= 0
+    assert p["threads"] == 2 and set(p["host"]["bandwidth_by_threads"]) == {"1", "2"}  # what plans at 1 thread read
+    assert all(v > 0.5 for v in p["host"]["bandwidth_by_threads"].values())
     prof = read_profile(embedded.path)
     by_m = {r["m"]: r["median"] for r in p["calibration"]["verify"]}
     errs = [plan.verify_ms(prof, p, plan.Placement(), m) / by_m[m] - 1 for m in by_m]
@@ -103,3 +105,42 @@ def test_machine_probe_command_caches_and_logs_a_run(profiles, store, capsys):
     assert list(profiles.glob("profile-*.json"))
     run = tracking.find_run(tracking.client(), doc["lab_id"].removeprefix("LAB:"))
     assert run.data.metrics["host_bandwidth_gbs"] == pytest.approx(doc["host"]["bandwidth_gbs"])
+
+
+def test_a_plan_at_fewer_threads_reads_that_counts_bandwidth_and_scales_compute():
+    """Constructed profile (labelled numbers): probed at 2 threads, bandwidth read at 1 and 2."""
+    rates = {"matvec_ns_per_param": 1.0, "row_ns_per_param": 0.5, "batch_ns_per_param": 0.2, "odd_ns_per_param": 0.1}
+    prof = {"threads": 2, "overhead_ms": 0.3, "host": {"bandwidth_gbs": 20.0, **rates,
+                                                       "bandwidth_by_threads": {"1": 12.0, "2": 20.0}}}
+    assert machine.at_threads(prof, None) is prof and machine.at_threads(prof, 2) is prof
+    one = machine.at_threads(prof, 1)
+    assert one["host"]["bandwidth_gbs"] == 12.0 and one["threads"] == 1 and one["overhead_ms"] == 0.3
+    assert {k: one["host"][k] for k in rates} == {k: 2 * v for k, v in rates.items()}  # T/n = 2
+    assert "scaled 2/1" in one["derived"] and prof["host"]["bandwidth_gbs"] == 20.0  # the original is untouched
+    with pytest.raises(LabkitError, match="no host bandwidth at 3 thread"):
+        machine.at_threads(prof, 3)
+    with pytest.raises(LabkitError, match="at least 1"):
+        machine.at_threads(prof, 0)
+    old = {"threads": 2, "host": {"bandwidth_gbs": 20.0, **rates}}  # a profile from before thread counts
+    with pytest.raises(LabkitError, match="re-run `labkit machine probe`"):
+        machine.at_threads(old, 1)
+
+
+@pytest.mark.slow  # verify(m) of six models (two rounds each) on the real engine
+def test_plan_check_predicts_every_model_and_the_thread_count_placement(probed):
+    from labkit.measure import plancheck
+
+    res = plancheck.run_check(probed, prompts=None, rounds=2)
+    v = res["verify"]
+    one = f"{plancheck.EMBEDDED} @ 1 thread"
+    assert set(v["model"]) == {plancheck.EMBEDDED, "synthetic-dense", "synthetic-dense-x2", "synthetic-moe",
+                               "synthetic-moe-x2", one}
+    assert (v.groupby("model")["m"].apply(sorted).map(lambda ms: ms == list(range(1, 9)))).all()
+    t1 = v[v["model"] == one]
+    assert (t1["threads"] == 1).all() and not t1["in_sample"].any()
+    assert (v[v["model"] == plancheck.EMBEDDED]["threads"] == 2).all()
+    assert ((v["predicted_ms"] > 0) & (v["measured_ms"] > 0)).all()
+    assert v["error"].equals(v["predicted_ms"] / v["measured_ms"] - 1)
+    r = res["residual"]
+    assert one in r["per_model"] and r["models"] == 6 and res["cells"] is None
+    assert any(line.strip().startswith(one) for line in plancheck.summary_lines(res))

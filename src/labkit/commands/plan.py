@@ -50,6 +50,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-cpu-moe", default="0", help="expert tensors of the first N layers on the host (default 0)")
     p.add_argument("--n-max", default="0..4", help="draft lengths (default 0..4; 0 is plain decoding)")
     p.add_argument("--c", default="1", help="concurrent streams for §B (default 1)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads the engine runs with (default: the profile's; fewer: bandwidth as measured "
+                        "at that count, compute scaled from the probe's, checked by --check)")
     p.add_argument("--acceptance", help="per-position acceptance: '0.85,0.7,0.59' (P(position i accepted), "
                                         "non-increasing), the LAB ID of a 02_k_sweep run (its measured "
                                         "sweep), or replay:LAB-ID (its replay of the plain runs, every k "
@@ -130,6 +133,7 @@ def main(argv=None) -> int:
     else:
         host, build = _host_build()
         prof = machine.load(args.profile, host=host, build=build)
+    prof = machine.at_threads(prof, args.threads)
     acc = _acceptance(args.acceptance, args.drafter)
     n_max = int_list(args.n_max, what="--n-max")
     placements = [plan.Placement(g, n) for g in int_list(args.gpu_layers, what="--gpu-layers")
@@ -141,6 +145,8 @@ def main(argv=None) -> int:
     summary = {**model.summary(), "warnings": model.warnings, "unclassified": model.unclassified}
     for line in plan_tables.human(res, model=summary, machine=prof):
         print(line)
+    if prof.get("derived"):
+        print(f"threads: {prof['threads']} ({prof['derived']})")
     emit({"predicted": True, "model": summary, "profile": {k: prof.get(k) for k in ("key", "kind", "host", "device",
-          "device_note", "overhead_ms", "residual")}, "acceptance": acc, **res})
+          "device_note", "overhead_ms", "residual", "threads", "derived")}, "acceptance": acc, **res})
     return 0

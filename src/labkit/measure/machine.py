@@ -122,9 +122,14 @@ def probe(*, host: dict, build: dict, threads: int | None = None, rounds: int = 
     """Measure this host's profile (see the module doc). ``host``: the fingerprint; ``build``:
     the engine's build info (both recorded and part of the cache key)."""
     say = progress or (lambda _msg: None)
-    say(f"host bandwidth: streaming read of {gib:g} GiB, {threads or os.cpu_count()} threads")
-    bw = host_bandwidth(threads=threads, gib=gib)
+    n_threads = threads or os.cpu_count() or 1
+    say(f"host bandwidth: streaming read of {gib:g} GiB, {n_threads} threads")
+    bw = host_bandwidth(threads=n_threads, gib=gib)
     say(f"host bandwidth {bw['median']:.1f} GB/s ({bw['min']:.1f}–{bw['max']:.1f})")
+    by_threads = {n_threads: bw["median"]}
+    for t in range(1, n_threads):  # what a plan at fewer threads reads (``at_threads``)
+        by_threads[t] = host_bandwidth(threads=t, gib=gib)["median"]
+        say(f"host bandwidth at {t} thread(s): {by_threads[t]:.1f} GB/s")
     dev = device_bandwidth(host.get("accelerator", "none"), build)
     say("fixed per-step overhead: the plain step of a tiny SYNTHETIC model")
     tiny = bench_model(_tiny_model(), m_values=[1], rounds=max(8, rounds), kv_depth=32, threads=threads)
@@ -137,8 +142,9 @@ def probe(*, host: dict, build: dict, threads: int | None = None, rounds: int = 
     return {
         "version": PROFILE_VERSION, "kind": "measured", "key": cache_key(host, build),
         "host_fingerprint": host, "build": {k: build.get(k) for k in ("llama_cpp_python", "cmake_args", "system_info")},
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "threads": threads,
-        "host": {"bandwidth_gbs": bw["median"], "bandwidth": bw, **{k: cal[k] for k in
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "threads": n_threads,
+        "host": {"bandwidth_gbs": bw["median"], "bandwidth": bw,
+                 "bandwidth_by_threads": {str(t): v for t, v in sorted(by_threads.items())}, **{k: cal[k] for k in
                  ("matvec_ns_per_param", "row_ns_per_param", "batch_ns_per_param", "odd_ns_per_param")}},
         "device": None, "device_note": dev["note"], "overhead_ms": overhead,
         "overhead": {"model": f"{TINY} (SYNTHETIC, {TINY_CONFIG['n_layer']} layers, n_embd {TINY_CONFIG['n_embd']})",
@@ -147,6 +153,36 @@ def probe(*, host: dict, build: dict, threads: int | None = None, rounds: int = 
                         **cal, "verify": res["verify"]},
         "residual": None,
     }
+
+
+COMPUTE_RATES = ("matvec_ns_per_param", "row_ns_per_param", "batch_ns_per_param", "odd_ns_per_param")
+
+
+def at_threads(profile: dict, n: int | None) -> dict:
+    """The profile as a plan at ``n`` threads sees it: the host bandwidth measured at n threads
+    (the probe reads at every count up to its own), the compute rates scaled by T/n from the
+    T threads they were measured at (the assumption: the kernels split their work evenly over
+    threads; ``plan --check`` measures how true that is), the fixed overhead unchanged. None or
+    the probe's own count: the profile itself."""
+    T = int(profile.get("threads") or (profile.get("host", {}).get("bandwidth") or {}).get("threads") or 0)
+    if n is None or n == T:
+        return profile
+    if n < 1:
+        raise LabkitError(f"--threads {n}", "use at least 1 thread")
+    measured = (profile.get("host") or {}).get("bandwidth_by_threads") or {}
+    if str(n) not in measured:
+        have = ", ".join(sorted(measured, key=int)) or (str(T) if T else "none")
+        raise LabkitError(f"the machine profile has no host bandwidth at {n} thread(s) (measured at: {have})",
+                          f"plan at one of those thread counts, or re-run `labkit machine probe` "
+                          f"(it reads bandwidth at 1..{T or 'all'} threads; --threads {n} probes up to {n})")
+    if not T:
+        raise LabkitError("the machine profile does not say how many threads it was measured at",
+                          "re-run `labkit machine probe`")
+    host = {**profile["host"], "bandwidth_gbs": float(measured[str(n)]),
+            **{k: float(profile["host"].get(k) or 0.0) * T / n for k in COMPUTE_RATES}}
+    return {**profile, "host": host, "threads": n,
+            "derived": f"from the {T}-thread probe: host bandwidth measured at {n} thread(s), compute rates scaled "
+                       f"{T}/{n} (assumed: work splits evenly over threads)"}
 
 
 # -- the cache ------------------------------------------------------------------------------

@@ -4,6 +4,9 @@ What is checked (all on the host, the only place a CPU box can put weights):
 - verify(m), m = 1..8, of the embedded model (the calibration model: in-sample, its check
   shows only how well the straight-line-plus-odd-row form fits) and of the SYNTHETIC dense and
   MoE cost models at two sizes each (4 and 8 layers; out of sample: the profile never saw them);
+- the thread-count placements: the embedded model at every thread count the probe read
+  bandwidth at, other than its own (out of sample: ``machine.at_threads`` scales the compute
+  rates, measured at the probe's count only);
 - the default recipe's n-gram cells k = 1..3 on a small greedy sweep (one prompt each of two
   workloads, few runs): the planner is given the acceptance those runs measured (it prices
   cost, not acceptance) and the draft lengths the n-gram drafter produced (it drafts fewer
@@ -61,8 +64,30 @@ def verify_check(profile: dict, *, names, rounds: int, threads: int | None, kv_d
         for r in res["verify"]:
             pred = plan.verify_ms(prof, profile, plan.Placement(), r["m"])
             rows.append({"model": name, "synthetic": name != EMBEDDED, "in_sample": name == EMBEDDED, "m": r["m"],
-                         "measured_ms": r["median"], "measured_min_ms": r["min"], "measured_max_ms": r["max"],
-                         "predicted_ms": pred, "error": pred / r["median"] - 1})
+                         "threads": threads, "measured_ms": r["median"], "measured_min_ms": r["min"],
+                         "measured_max_ms": r["max"], "predicted_ms": pred, "error": pred / r["median"] - 1})
+    return pd.DataFrame(rows)
+
+
+def thread_check(profile: dict, *, counts, rounds: int, kv_depth: int = 200, progress: Progress = None) -> pd.DataFrame:
+    """The thread-count placements: the embedded model's verify(m) at each of ``counts`` threads
+    (other than the probe's own), predicted from the profile as ``machine.at_threads`` sees it
+    (bandwidth measured at that count, compute scaled from the probe's), beside measurement.
+    Out of sample: the probe calibrated its rates at its own thread count only."""
+    path = zoo.get(EMBEDDED).path
+    prof = read_profile(path)
+    rows = []
+    for t in counts:
+        at = machine.at_threads(profile, t)
+        if progress:
+            progress(f"check: verify(m) of {EMBEDDED} at {t} thread(s), {rounds} rounds")
+        res = machine.bench_model(path, m_values=list(range(1, 9)), rounds=rounds, kv_depth=kv_depth, threads=t)
+        for r in res["verify"]:
+            pred = plan.verify_ms(prof, at, plan.Placement(), r["m"])
+            rows.append({"model": f"{EMBEDDED} @ {t} thread{'s' if t > 1 else ''}", "synthetic": False,
+                         "in_sample": False, "m": r["m"], "threads": t, "measured_ms": r["median"],
+                         "measured_min_ms": r["min"], "measured_max_ms": r["max"], "predicted_ms": pred,
+                         "error": pred / r["median"] - 1})
     return pd.DataFrame(rows)
 
 
@@ -132,7 +157,12 @@ def run_check(profile: dict, *, prompts: list | None = None, rounds: int = 8, th
     names = [EMBEDDED, "synthetic-dense", "synthetic-dense-x2", "synthetic-moe", "synthetic-moe-x2"]
     threads = threads or profile.get("threads")  # the thread count the profile was measured at
     t0 = time.perf_counter()
-    v = with_drift(verify_check(profile, names=names, rounds=rounds, threads=threads, progress=progress), profile)
+    v = verify_check(profile, names=names, rounds=rounds, threads=threads, progress=progress)
+    measured = sorted(int(t) for t in (profile.get("host") or {}).get("bandwidth_by_threads") or {})
+    counts = [t for t in measured if t != threads]  # thread-count placements (none: a 1-core box, or an old profile)
+    if counts:
+        v = pd.concat([v, thread_check(profile, counts=counts, rounds=rounds, progress=progress)], ignore_index=True)
+    v = with_drift(v, profile)
     cells, rows = sweep_check(profile, prompts, threads=threads, progress=progress) if prompts else (None, None)
     return {"verify": v, "cells": cells, "sweep_rows": rows, "residual": residual(v, cells),
             "seconds": round(time.perf_counter() - t0, 1), "rounds": rounds,
