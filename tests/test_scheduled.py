@@ -26,6 +26,7 @@ import yaml
 
 import procs
 from labkit.errors import LabkitError
+from labkit.paths import cache_dir
 from labkit.provenance import machine_state, runlock, tracking
 from labkit.provenance import reproduce as rp
 
@@ -66,6 +67,9 @@ def _env(**extra) -> dict:
     for k in ("LABKIT_CACHE", "MLFLOW_TRACKING_URI"):
         if k in os.environ:
             env[k] = os.environ[k]
+    # the machine's cache (models, the one llama.cpp build) even where a test moves HOME, as an
+    # operator's HOME holds what their `make setup` built: not a second 14-minute build per test
+    env.setdefault("LABKIT_CACHE", str(cache_dir()))
     env.update(extra)
     return env
 
@@ -502,8 +506,7 @@ def test_systemd_unit_and_crontab_run_as_written(store, tmp_path):
     cron_env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "SHELL": "/bin/sh", "LOGNAME": "root",
                 "PYTHONPATH": SRC, "LABKIT_RECIPE": _recipe(tmp_path / "cron.yaml", notebooks=["89_cron"]),
                 "LABKIT_NOTEBOOKS": str(nbs), "LABKIT_KEEP_RUNS": "30",
-                "MLFLOW_TRACKING_URI": os.environ["MLFLOW_TRACKING_URI"],
-                **({"LABKIT_CACHE": os.environ["LABKIT_CACHE"]} if "LABKIT_CACHE" in os.environ else {})}
+                "MLFLOW_TRACKING_URI": os.environ["MLFLOW_TRACKING_URI"], "LABKIT_CACHE": env["LABKIT_CACHE"]}
     p = subprocess.run(["/bin/sh", "-c", command], env=cron_env, capture_output=True, text=True, timeout=900)
     log = (clone / "runs" / "reproduce.log").read_text()
     assert p.returncode == 0, log[-3000:]
