@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from labkit.analysis import decide
 from labkit.analysis import protocol as P
 from labkit.config import recipe as rc
 from labkit.errors import LabkitError
@@ -183,7 +184,9 @@ def test_stepwise_protocol_on_the_real_engine(engine, edit_prompt):
                       residency={"spilled_experts": True, "label": "SYNTHETIC test residency"}, warn=lambda m: None)
     aa, steps = res["steps"].iloc[0], res["steps"].iloc[1:].reset_index(drop=True)
     assert aa["drafter"] == "aa" and aa["verdict"] in ("wins", "loses", "no measurable difference")
-    assert res["reliable"] == (aa["verdict"] == "no measurable difference")
+    band = 1 + decide.AA_NOISE_MARGINS * decide.DEFAULT_MARGIN  # reliable: no difference, and inside ±10%
+    quiet = aa["verdict"] == "no measurable difference" and 1 / band <= aa["e2e_lo"] and aa["e2e_hi"] <= band
+    assert res["reliable"] == bool(aa["passed"]) == quiet
     th = P.Thresholds(min_speedup=1e-6, min_acceptance=0.0)
     assert list(steps["k"]) == [1, 2] and list(steps["passed"]) == [True, False]
     assert steps.iloc[0]["verdict"] == "wins"
