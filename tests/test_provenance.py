@@ -190,6 +190,7 @@ def test_drift_names_a_run_its_own_aa_control_flagged(store):
     assert contention(c.get_run(quiet.info.run_id), c.get_run(quiet.info.run_id)) is None
 
 
+@pytest.mark.slow  # papermill end to end (the 01 reproduction of cost_run)
 def test_regen_rerun_compares_within_noise(cost_run, store, tmp_path):
     res = regen(f"{cost_run['id']}/verify-per-m", out_dir=tmp_path, rerun=True)
     rr = res["rerun"]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from scipy.stats import binomtest
 
 from labkit.decoding.drafters.ngram import NgramDrafter
 from labkit.suites import qc, toolsuite
 
 
+@pytest.mark.slow  # tool-suite runs on the real engine, off and on
 def test_suite_off_vs_on_greedy(engine):
     tasks = toolsuite.load_tasks()[:6]
     off = qc.run_suite(engine, tasks)
@@ -35,6 +37,7 @@ def test_suite_off_vs_on_greedy(engine):
         assert list(off["rows"]["output"]) == list(on["rows"]["output"])
 
 
+@pytest.mark.slow  # tool-suite runs on the real engine, off and on
 def test_a_divergence_replay_computes_the_shared_preamble_once_and_exactly(engine):
     """Explaining a greedy divergence replays the run that chose the token. Over the suite's
     few-shot preamble (kept across tasks, as the run kept it) the replay leaves the preamble
@@ -104,6 +107,7 @@ def test_paired_test_pairs_by_task_and_run():
     assert {"output_off", "output_on", "correct_off", "correct_on"} <= set(t.columns)
 
 
+@pytest.mark.slow  # tool-suite runs on the real engine, off and on
 def test_prompt_reuse_serves_the_prompt_without_computing_it_again(engine):
     """Inside ``prompt_reuse`` a second prefill of the same prompt decodes nothing: the cache
     is rolled back to the prompt's end and the saved last row is served, and what follows

@@ -62,6 +62,7 @@ def test_accept_or_resample_reproduces_target(engine, draft_engine, deterministi
     assert _chi2_against(p, q_draws)[0] < 1e-6
 
 
+@pytest.mark.slow  # 300 sampled decodes on the target and the draft model
 def test_speculative_sampling_end_to_end(engine, draft_engine):
     """The token after the first speculative step has the same distribution as plain sampling."""
     ids = engine.tokenize(PROMPT)

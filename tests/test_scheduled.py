@@ -261,6 +261,7 @@ def test_a_team_server_locks_per_host_label_and_a_sqlite_store_per_file(tmp_path
     assert runlock.lock_paths(f"sqlite:///{db}")[1] == db.with_name("mlflow.db" + runlock.LOCK_NAME)
 
 
+@pytest.mark.slow  # two papermill reproductions
 def test_two_reproductions_started_in_the_same_second_never_mix(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "85_pair.ipynb", [
         'recipe = "default"\nwho = "nobody"', START, "import time\ntime.sleep(4)\nlab.metric('done', 1.0)"])
@@ -462,6 +463,7 @@ def _systemd_expand(value: str, home: Path, env: dict) -> list[str]:
     return words
 
 
+@pytest.mark.slow  # papermill end to end: 01 through the unit, a notebook through cron
 def test_systemd_unit_and_crontab_run_as_written(store, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
