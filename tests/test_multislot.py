@@ -164,6 +164,7 @@ class FlatVerify:
         return 25.0 if int(m) <= 1 else 26.0
 
 
+@pytest.mark.slow  # a small concurrency sweep with the policy, A/A and plain arms at c = 1, 2
 def test_the_policy_is_an_arm_at_every_c(multi, prompts):
     from labkit.decoding.policy import make
 
