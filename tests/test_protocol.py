@@ -379,6 +379,14 @@ def test_the_replay_decides_steps_whose_answer_it_knows():
     assert P.predicted_failure(None, TH, margin=0.25) is None
     row = P.unmeasured_step("model", 1, "predicted")
     assert not row["passed"] and not row["measured"] and set(P.STEP_COLUMNS) <= set(row)
+    # with the prediction's interval over prompts: a CI and one of the three verdicts, labelled predicted
+    by_k = {**slow, "pred_e2e_gm": 0.62, "pred_e2e_lo": 0.58, "pred_e2e_hi": 0.66, "pred_e2e_verdict": "loses",
+            "prompts": 10}
+    row = P.unmeasured_step("model", 1, "predicted", pred=by_k)
+    assert (row["e2e_speedup"], row["e2e_lo"], row["e2e_hi"], row["verdict"]) == (0.62, 0.58, 0.66, "loses")
+    assert not row["measured"] and row["rounds"] == 0 and row["basis"].startswith("predicted by the replay")
+    assert P.step_line(row) == ("model n_max=1: 0.62× e2e predicted by the replay (over prompts 0.58–0.66), loses; "
+                                "not measured")
 
 
 def test_a_drafter_the_replay_rules_out_is_never_measured(engine, edit_prompt):
@@ -391,6 +399,7 @@ def test_a_drafter_the_replay_rules_out_is_never_measured(engine, edit_prompt):
                       ks=[0, 1], thresholds=TH, runs=1, max_tokens=8, predicted=predicted)
     steps = res["steps"].set_index("drafter")
     assert not steps.loc["lookup1", "measured"] and "predicted by replay" in steps.loc["lookup1", "stop_reason"]
+    assert pd.isna(steps.loc["lookup1", "e2e_lo"])  # a prediction without its spread over prompts: no interval
     assert steps.loc["ngram", "measured"]
     assert set(res["rows"]["drafter"]) == {"none", "aa", "ngram"}  # the ruled-out drafter never ran
     # alone, it is measured anyway: the first step always has a measured arm (beside the A/A row)

@@ -9,6 +9,7 @@ k, with the n-gram drafter and with a real greedy draft model.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from labkit.analysis import replay as rp
@@ -81,6 +82,12 @@ def test_prediction_prices_each_replayed_step():
                                   "prefill_ms": 20.0}], V=V, H=10.0, overhead=(0.5, 0.0))
     by_k = rp.prediction_by_k(table)
     assert by_k.iloc[0]["pred_acceptance"] == pytest.approx(4 / 6) and by_k.iloc[0]["k"] == 2
+    # the prediction's spread over prompts (here one prompt: no interval; two prompts by hand below)
+    two = pd.concat([table, table.assign(prompt="q", pred_e2e_speedup=table["pred_e2e_speedup"] * 1.21)])
+    row = rp.prediction_by_k(two).iloc[0]
+    assert row["pred_e2e_gm"] == pytest.approx(table["pred_e2e_speedup"].iloc[0] * 1.1)  # geometric mean
+    assert row["pred_e2e_lo"] < row["pred_e2e_gm"] < row["pred_e2e_hi"]
+    assert row["pred_e2e_verdict"] in ("wins", "loses", "no measurable difference")
 
 
 def test_the_planner_reads_acceptance_by_position_from_a_replay():

@@ -314,6 +314,10 @@ def test_a_step_the_replay_decided_reads_not_measured():
     text = decision.steps_text(steps, None, "ngram", "ngram: stopped at k=2")
     assert "model n_max=1: not measured (replay)" in text and "nan" not in text
     assert "ngram n_max=1: 1.06×, acc 89%" in text
+    # a step the replay decided with its prediction's interval over prompts: shown, labelled predicted
+    steps.loc[0, ["e2e_speedup", "e2e_lo", "e2e_hi", "verdict"]] = [0.62, 0.58, 0.66, "loses"]
+    text = decision.steps_text(steps, None, "ngram", "ngram: stopped at k=2")
+    assert text.startswith("model n_max=1: 0.62× [0.58–0.66] loses, predicted (replay, not measured)")
 
 
 def test_steps_with_intervals_read_as_short_verdicts_with_the_aa_control_first():

@@ -108,6 +108,9 @@ def step_line(step: dict) -> str:
     """``'ngram n_max=1: 0.96× (95% CI 0.93–0.99), loses; acceptance 89%'`` (end-to-end)."""
     if step.get("e2e_speedup") is None or step["e2e_speedup"] != step["e2e_speedup"]:
         return f"{step['drafter']} n_max={step['k']}: not measured"
+    if step.get("measured") is False:  # decided by the replay: its prediction, labelled as one
+        return (f"{step['drafter']} n_max={step['k']}: {step['e2e_speedup']:.2f}× e2e predicted by the replay "
+                f"(over prompts {step['e2e_lo']:.2f}–{step['e2e_hi']:.2f}), {step['verdict']}; not measured")
     conf = step.get("confidence", decide.DEFAULT_CONFIDENCE)
     acc = step.get("acceptance")
     acc_s = f"; acceptance {acc:.0%}" if acc is not None and acc == acc else ""
@@ -204,14 +207,24 @@ def predicted_failure(pred: dict | None, th: Thresholds, *, margin: float) -> st
     return None
 
 
-def unmeasured_step(drafter: str, k: int, reason: str, temperature: float = 0.0) -> dict:
-    """The protocol-steps row of a step decided by the replay (no measured columns)."""
+def unmeasured_step(drafter: str, k: int, reason: str, temperature: float = 0.0, pred: dict | None = None) -> dict:
+    """The protocol-steps row of a step decided by the replay: not measured (``measured``
+    False, no rounds), its estimate, interval and verdict those of the replay's prediction
+    over prompts when ``pred`` (a ``replay.prediction_by_k`` row) carries them (``basis``
+    says so), else NaN."""
     nan = float("nan")
-    return {"drafter": drafter, "k": int(k), "temperature": temperature, "pairs": 0, "e2e_speedup": nan,
-            "e2e_lo": nan, "e2e_hi": nan, "verdict": "not measured: decided by the replay", "rounds": 0,
-            "e2e_speedup_min": nan, "e2e_speedup_max": nan, "decode_speedup": nan, "acceptance": nan,
-            "first_token_acceptance": nan, "toolsuite_verdict": "not run: decided by the replay",
-            "passed": False, "stop_reason": reason, "measured": False}
+    row = {"drafter": drafter, "k": int(k), "temperature": temperature, "pairs": 0, "e2e_speedup": nan,
+           "e2e_lo": nan, "e2e_hi": nan, "verdict": "not measured: decided by the replay", "rounds": 0,
+           "e2e_speedup_min": nan, "e2e_speedup_max": nan, "decode_speedup": nan, "acceptance": nan,
+           "first_token_acceptance": nan, "toolsuite_verdict": "not run: decided by the replay",
+           "passed": False, "stop_reason": reason, "measured": False, "basis": "decided by the replay"}
+    if pred and pred.get("pred_e2e_lo") is not None and pred.get("pred_e2e_gm") is not None:
+        row.update({"e2e_speedup": pred["pred_e2e_gm"], "e2e_lo": pred["pred_e2e_lo"], "e2e_hi": pred["pred_e2e_hi"],
+                    "verdict": pred["pred_e2e_verdict"], "acceptance": pred.get("pred_acceptance", nan),
+                    "prompts": pred.get("prompts"),
+                    "basis": "predicted by the replay, not measured: the interval is the prediction's spread "
+                             "over prompts (the cost model's own error is not in it)"})
+    return row
 
 
 def suite_failure(verdict: dict | None) -> str | None:

@@ -146,11 +146,21 @@ def prediction_table(replays: list[dict], *, V: Callable, H: float, overhead: tu
 
 def prediction_by_k(pred: pd.DataFrame) -> pd.DataFrame:
     """Per (drafter, k): pooled predicted acceptance and the median predicted speedups over
-    prompts (the protocol's unit, one k per drafter for all workloads)."""
+    prompts (the protocol's unit, one k per drafter for all workloads), and the geometric mean
+    of the predicted end-to-end speedup with its interval over prompts and verdict
+    (``pred_e2e_gm``, ``pred_e2e_lo``/``_hi``, ``pred_e2e_verdict``)."""
+    from labkit.analysis import decide
+
     out = []
     for (d, k), g in pred.groupby(["drafter", "k"]):
         drafted = g["pred_drafted"].sum()
+        # the prediction's own spread over prompts, judged like a measurement (a t interval of
+        # the geometric mean; it knows nothing of the cost model's error, and says so where shown)
+        est = decide.estimate(pd.DataFrame({"prompt": g["prompt"].astype(str).to_numpy(), "round": 0,
+                                            "ratio": g["pred_e2e_speedup"].astype(float).to_numpy()}))
         out.append({"drafter": d, "k": int(k), "prompts": len(g),
+                    "pred_e2e_gm": est.ratio, "pred_e2e_lo": est.lo, "pred_e2e_hi": est.hi,
+                    "pred_e2e_verdict": est.verdict,
                     "pred_acceptance": float(g["pred_accepted"].sum() / drafted) if drafted else None,
                     "pred_tokens_per_step": float(g["pred_tokens_per_step"].mean()),
                     "pred_e2e_speedup": float(g["pred_e2e_speedup"].median()),

@@ -83,7 +83,7 @@ def stepwise(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds
             known = {}  # never decide everything unmeasured: the first step is measured for the record
         for d, why in known.items():
             if why:
-                steps.append(decide.unmeasured_step(d, k, why, temp))
+                steps.append(decide.unmeasured_step(d, k, why, temp, pred=_pred(predicted, d, k, temp)))
                 active.remove(d)
                 if progress:
                     progress(f"protocol: {d} k={k}: STOP without measuring ({why})")

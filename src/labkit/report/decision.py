@@ -73,7 +73,11 @@ def steps_text(steps: pd.DataFrame | None, rows: pd.DataFrame | None, drafter: s
                 parts.insert(0, f"A/A {s['verdict']}" + ("" if s.get("passed") else " (box noise!)"))
                 continue
             if s.get("measured", True) is False or pd.isna(s.get("e2e_speedup")):  # decided by the replay
-                parts.append(f"{s['drafter']} n_max={s['k']}: not measured (replay)")
+                if pd.notna(s.get("e2e_speedup")) and pd.notna(s.get("e2e_lo")):
+                    parts.append(f"{s['drafter']} n_max={s['k']}: {s['e2e_speedup']:.2f}× [{s['e2e_lo']:.2f}–"
+                                 f"{s['e2e_hi']:.2f}] {_short(s['verdict'])}, predicted (replay, not measured)")
+                else:
+                    parts.append(f"{s['drafter']} n_max={s['k']}: not measured (replay)")
                 continue
             if s.get("e2e_lo") is not None and pd.notna(s.get("e2e_lo")):
                 parts.append(f"{s['drafter']} n_max={s['k']}: {s['e2e_speedup']:.2f}× [{s['e2e_lo']:.2f}–"
