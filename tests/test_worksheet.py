@@ -214,7 +214,9 @@ def test_residency_labels_old_and_new_shapes():
            "placed": {"buffers_mib": {"CUDA0": 5120.0, "CPU": 2048.4}, "layers_offloaded": 20, "layers_total": 24}}
     text = evidence.residency_text(new)
     assert text.startswith("experts spilled to host; 20/24 layers offloaded; buffers CUDA0 5120 MiB, CPU 2048 MiB")
-    assert text.endswith("(from the load log)") and '"n_cpu_moe": 4' in text
+    assert text.endswith("; asked n_cpu_moe=4, n_gpu_layers=99 (from the load log)")
+    zero = evidence.residency_text({**new, "asked": {"n_gpu_layers": 0, "n_cpu_moe": 0}})
+    assert "asked" not in zero and zero.endswith("CPU 2048 MiB (from the load log)")  # defaults go unsaid
     assert evidence.residency_text(None).startswith("no data:")
 
 
@@ -317,7 +319,7 @@ def test_a_step_the_replay_decided_reads_not_measured():
     # a step the replay decided with its prediction's interval over prompts: shown, labelled predicted
     steps.loc[0, ["e2e_speedup", "e2e_lo", "e2e_hi", "verdict"]] = [0.62, 0.58, 0.66, "loses"]
     text = decision.steps_text(steps, None, "ngram", "ngram: stopped at k=2")
-    assert text.startswith("model n_max=1: 0.62× [0.58–0.66] loses, predicted (replay, not measured)")
+    assert text.startswith("model n_max=1: 0.62× [0.58–0.66] loses (replay prediction)")
 
 
 def test_steps_with_intervals_read_as_short_verdicts_with_the_aa_control_first():
@@ -337,3 +339,24 @@ def test_steps_with_intervals_read_as_short_verdicts_with_the_aa_control_first()
     assert text == ("A/A no measurable difference; ngram n_max=1: 0.98× [0.95–1.01] no diff., acc 89%; "
                     "model n_max=1: 0.60× [0.57–0.63] loses, acc 70%")
     assert len(text) <= 200
+
+
+def test_field_sheet_cells_are_short_and_say_each_thing_once():
+    """SYNTHETIC accounting rows with the long values a real run gives (full commit, path and
+    checksum; the same "no data" for both tool-suite columns): each field cell stays within
+    ~200 characters, identifiers cut to 12 hex digits and a file name."""
+    nd = "no data: no 04_tool_suite_qc run for recipe default; run labkit reproduce --only 04_tool_suite_qc"
+    long = {
+        "engine build (pinned commit)": "llama.cpp 0.3.36, llama.cpp commit " + "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+        "model artifact (path + checksum + quant)": "/root/.cache/labkit/models/gemma-3-270m-q4_k_m.gguf sha256 "
+                                                    + "a5fd3b62" * 8 + " (gemma3 270M Q4_K - Medium)",
+        "tool suite runs": nd,
+    }
+    rows = [{"item": i, "baseline": long.get(i, "-"), "candidate": long.get(i, "x"), "notes": "" if i in long else "n",
+             "source": "LAB:02-aaaaaa-bbbbb"} for i in worksheet.ITEMS]
+    short = {f["item"][:2]: f["value"] for f in worksheet.field_sheet(rows)}
+    assert short["1."] == ("llama.cpp 0.3.36, llama.cpp commit 0c1e57098bba… | gemma-3-270m-q4_k_m.gguf sha256 "
+                           "a5fd3b62a5fd… (gemma3 270M Q4_K - Medium)")
+    assert short["6."] == nd  # not "off no data …; on no data …"
+    assert all(len(v) <= 200 for v in short.values())
+

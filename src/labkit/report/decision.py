@@ -75,7 +75,7 @@ def steps_text(steps: pd.DataFrame | None, rows: pd.DataFrame | None, drafter: s
             if s.get("measured", True) is False or pd.isna(s.get("e2e_speedup")):  # decided by the replay
                 if pd.notna(s.get("e2e_speedup")) and pd.notna(s.get("e2e_lo")):
                     parts.append(f"{s['drafter']} n_max={s['k']}: {s['e2e_speedup']:.2f}× [{s['e2e_lo']:.2f}–"
-                                 f"{s['e2e_hi']:.2f}] {_short(s['verdict'])}, predicted (replay, not measured)")
+                                 f"{s['e2e_hi']:.2f}] {_short(s['verdict'])} (replay prediction)")
                 else:
                     parts.append(f"{s['drafter']} n_max={s['k']}: not measured (replay)")
                 continue
@@ -200,13 +200,12 @@ def dominant_term(pred: pd.DataFrame | None, drafter: str, k: int) -> str | None
     if p.empty:
         return None
     lose = p[p["losing_term"].notna()]
-    if not lose.empty:  # one clause for all losing workloads; the spill label once
+    if not lose.empty:  # one clause for all losing workloads; the spill label is the spill row's, not repeated
         terms = lose["losing_term"].str.split(" dominates").str[0].value_counts()
-        label = next((t.rsplit(" [", 1)[1].rstrip("]") for t in lose["losing_term"] if t.endswith("]")), None)
         return (f"{terms.index[0]} dominates on {', '.join(sorted(lose['workload']))}: (D "
                 f"{lose['pred_D_ms'].median():.1f} + V {lose['pred_V_ms'].median():.1f} ms) / "
                 f"{lose['pred_tokens_per_step'].median():.2f} tokens = {lose['pred_ms_per_token'].median():.1f} "
-                f"ms/token ≥ H {lose['H_ms'].median():.1f} ms" + (f"; {label}" if label else ""))
+                f"ms/token ≥ H {lose['H_ms'].median():.1f} ms")
     D, V, H = p["pred_D_ms"].median(), p["pred_V_ms"].median(), p["H_ms"].median()
     dom = "verify V(k+1)" if V - H >= D else "draft D"
     return (f"{dom} dominates the extra cost but the step wins: (D {D:.1f} + V {V:.1f} ms) / "

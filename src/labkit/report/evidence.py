@@ -76,8 +76,9 @@ def residency_text(res, *, build: dict | None = None) -> str:
             parts.append(f"{placed.get('layers_offloaded', 0)}/{placed['layers_total']} layers offloaded")
         if bufs:
             parts.append(f"buffers {bufs}")
-        if res.get("asked"):
-            parts.append(f"asked {json.dumps(res['asked'], sort_keys=True)}")
+        asked = {k: v for k, v in (res.get("asked") or {}).items() if v}  # the defaults (0: nothing offloaded) go unsaid
+        if asked:
+            parts.append("asked " + ", ".join(f"{k}={v}" for k, v in sorted(asked.items())))
         return "; ".join(parts) + " (from the load log)"
     on_acc, on_host = int(res.get("layers_on_accelerator", 0)), int(res.get("layers_on_host", 0))
     total = on_acc + on_host

@@ -119,8 +119,8 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
     one = build.get("one_build")
     lib = ("" if one is None else "; one build: Python's libllama is the tools' (sha256 "
            f"{str(build.get('lib_sha256'))[:12]})" if one else f"; NOT one build: {build.get('one_build_why')}")
-    add(ITEMS[0], text, text, f"flags: {t.get('engine.flags') or '-'}; threads {t.get('engine.threads', '-')}; "
-        "same build for both columns" + lib + xcheck, sid)
+    add(ITEMS[0], text, text, f"flags: {t.get('engine.flags') or '-'}; threads {t.get('engine.threads', '-')}"
+        + lib + xcheck, sid)
     model = eng.get("model") or {}
     path = eng.get("model_path") or model.get("path")
     quant = eng.get("model_desc") or model.get("ftype") or evidence.no_data("no model description")
@@ -172,9 +172,13 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
                                            concurrency_loss=conc_loss)
     spec = decision.speculation_words(sw.cells, cand, steps=sw.steps, stopped=sw.stopped,
                                       configured=getattr(recipe, "n_max", None), e2e=e2e) if sw.cells is not None else None
-    add(ITEMS[10], "-", f"{word}: {d} n_max={k}" + (f" ({'; '.join(why)})" if why else ""),
+    said = f"{word}: {d} n_max={k}" + (f" ({'; '.join(why)})" if why else "")
+    # the speculation word in full only where it adds to the decision (not the same CI said twice)
+    spec_text = (spec["text"].split(":")[0] if spec and e2e and e2e["text"] in spec["text"] and e2e["text"] in said
+                 else spec["text"] if spec else None)
+    add(ITEMS[10], "-", said,
         (f"owner: {owner}" if owner else evidence.no_data("no owner: set recipe field owner or pass --owner"))
-        + (f"; speculation: {spec['text']}" if spec else ""), sid)
+        + (f"; speculation: {spec_text}" if spec_text else ""), sid)
     term = decision.dominant_term(sw.pred, d, k)
     add(ITEMS[11], "-", term or evidence.no_data(f"no cost-model row for {d} n_max={k}"), "", sid)
     power = evidence.newest(c, "05_power", recipe)
@@ -305,20 +309,32 @@ def field_sheet(rows: list[dict]) -> list[dict]:
         vals, srcs = [], []
         for p in parts:
             r = by[p]
-            if p.startswith("n_max"):
-                vals.append(f"{r['baseline']} vs {r['candidate']} ({r['notes']})")
+            if p.startswith("n_max"):  # how the candidate was chosen: the accounting table's notes
+                vals.append(f"{r['baseline']} vs {r['candidate']}")
             elif p.startswith("warm decode"):
                 vals.append(f"off {r['baseline']}; candidate {r['candidate']}")
             elif p.startswith("tool suite"):
-                vals.append(f"off {r['baseline']}; on {r['candidate']}; {r['notes']}")
+                vals.append(r["baseline"] if r["baseline"] == r["candidate"] and not r["notes"]  # one "no data" said once
+                            else f"off {r['baseline']}; on {r['candidate']}; {r['notes']}")
             elif p.startswith("decision"):
                 vals.append(f"{r['candidate']}; {r['notes']}")
+            elif p.startswith(("engine build", "model artifact")):
+                vals.append(_compact(r["candidate"]))
             else:
                 vals.append(r["candidate"])
             if r["source"] and r["source"] not in srcs:
                 srcs.append(r["source"])
         out.append({"item": item, "value": " | ".join(vals), "source": ", ".join(srcs) or None})
     return out
+
+
+def _compact(text: str) -> str:
+    """A field-sheet cell's identifiers cut to what tells them apart: commits and checksums to
+    12 hex digits, a path to its file name (the accounting table keeps them whole)."""
+    import re
+
+    text = re.sub(r"\b([0-9a-f]{12})[0-9a-f]{28,52}\b", r"\1…", str(text))
+    return re.sub(r"(?<![\w.])/(?:[^\s/]+/)+([^\s/]+)", r"\1", text)
 
 
 def worksheet(c, recipe, *, owner: str | None = None) -> list[dict]:
