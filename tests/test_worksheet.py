@@ -339,6 +339,9 @@ def test_steps_with_intervals_read_as_short_verdicts_with_the_aa_control_first()
     assert text == ("A/A no measurable difference; ngram n_max=1: 0.98× [0.95–1.01] no diff., acc 89%; "
                     "model n_max=1: 0.60× [0.57–0.63] loses, acc 70%")
     assert len(text) <= 200
+    # a step's interval at a corrected level (sequential looks) says its level, unlike a plain 95% CI
+    steps.loc[1, ["confidence", "ci_level"]] = [0.95, 0.995]
+    assert "ngram n_max=1: 0.98× [0.95–1.01, 99.5% CI] no diff." in decision.steps_text(steps, None, "ngram", "")
 
 
 def test_field_sheet_cells_are_short_and_say_each_thing_once():

@@ -80,8 +80,11 @@ def steps_text(steps: pd.DataFrame | None, rows: pd.DataFrame | None, drafter: s
                     parts.append(f"{s['drafter']} n_max={s['k']}: not measured (replay)")
                 continue
             if s.get("e2e_lo") is not None and pd.notna(s.get("e2e_lo")):
+                # a step's interval is at the level its corrections left (looks, candidates): say so
+                lvl = s.get("ci_level")
+                lvl = f", {lvl:.1%} CI" if lvl is not None and pd.notna(lvl) and abs(lvl - (s.get("confidence") or 0.95)) > 1e-9 else ""
                 parts.append(f"{s['drafter']} n_max={s['k']}: {s['e2e_speedup']:.2f}× [{s['e2e_lo']:.2f}–"
-                             f"{s['e2e_hi']:.2f}] {_short(s['verdict'])}, acc {_pct(s['acceptance'])}")
+                             f"{s['e2e_hi']:.2f}{lvl}] {_short(s['verdict'])}, acc {_pct(s['acceptance'])}")
             else:  # logged before verdicts had CIs
                 parts.append(f"{s['drafter']} n_max={s['k']}: {s['e2e_speedup']:.2f}×, acc {_pct(s['acceptance'])}"
                              + ("" if s.get("passed") else " (stop)"))
