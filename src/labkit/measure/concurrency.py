@@ -221,7 +221,9 @@ def bench_concurrency(
     for r in range(runs):
         for c, k in order.arm_order(arms, r, policy=interleave, seed=seed):
             if k == POLICY_ARM:
-                pol = pols.setdefault(c, policy[1]())
+                if c not in pols:  # made once per c: it keeps what it learned across rounds
+                    pols[c] = policy[1]()
+                pol = pols[c]
                 recs = run_many(engine, reqs, c=c, k=policy[2], make_drafter=make_drafter, seed=seed, policy=pol)
             else:
                 kk = 0 if k == AA_ARM else k
