@@ -174,7 +174,8 @@ def summary_lines(res: dict) -> list[str]:
     lines = ["predicted vs measured on this box (verify(m) medians; error = predicted/measured − 1):"]
     for m, g in res["verify"].groupby("model", sort=False):
         errs = " ".join(f"{x:+.0%}" for x in g["error"])
-        tag = " (calibration model, in sample)" if g["in_sample"].iloc[0] else " (SYNTHETIC)"
+        tag = (" (calibration model, in sample)" if g["in_sample"].iloc[0] else " (SYNTHETIC)"
+               if g["synthetic"].iloc[0] else " (out of sample: the probe's rates at another thread count)")
         lines.append(f"  {m:<22} m=1..8: {errs}   median |error| {np.median(g['error'].abs()):.0%}{tag}")
     lines.append(f"  all models: median |error| {r['verify_median_abs_error']:.1%} "
                  f"(out of sample {r['verify_median_abs_error_out_of_sample']:.1%}); the box moved "
