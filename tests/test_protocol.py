@@ -387,6 +387,8 @@ def test_the_replay_decides_steps_whose_answer_it_knows():
     assert not row["measured"] and row["rounds"] == 0 and row["basis"].startswith("predicted by the replay")
     assert P.step_line(row) == ("model n_max=1: 0.62× e2e predicted by the replay (over prompts 0.58–0.66), loses; "
                                 "not measured")
+    one = P.unmeasured_step("model", 1, "predicted", pred={**by_k, "pred_e2e_lo": 0.0, "pred_e2e_hi": float("inf")})
+    assert one["e2e_speedup"] != one["e2e_speedup"]  # one prompt: no interval, so none is shown
 
 
 def test_a_drafter_the_replay_rules_out_is_never_measured(engine, edit_prompt):
