@@ -86,8 +86,7 @@ def peer_run(llm, ids: list[int], n: int) -> float:
 
 
 def est(pairs: list[dict]) -> dict:
-    e = decide.estimate(pd.DataFrame(pairs), margin=0.02, confidence=0.95, seed=0)
-    return {"ratio": e.ratio, "lo": e.lo, "hi": e.hi, "verdict": e.verdict, "n_prompts": e.n_prompts}
+    return _est_dict(decide.estimate(pd.DataFrame(pairs), margin=0.02, confidence=0.95))
 
 
 def main() -> None:
@@ -268,7 +267,8 @@ def at_concurrency(args, sets: dict, art, vm, recipe) -> dict:
 
 
 def _est_dict(e) -> dict:
-    return {"ratio": e.ratio, "lo": e.lo, "hi": e.hi, "verdict": e.verdict, "line": e.ci_text()}
+    return {"ratio": e.ratio, "lo": e.lo, "hi": e.hi, "verdict": e.verdict, "n_prompts": e.n_prompts,
+            "line": e.ci_text()}
 
 
 if __name__ == "__main__":

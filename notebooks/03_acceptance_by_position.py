@@ -31,7 +31,7 @@ sweep = None  # LAB ID of the 02_k_sweep run to read; None: the newest matching 
 # %%
 from labkit import lab as labkit_lab
 from labkit.analysis import sweep_tables
-from labkit.report import queries
+from labkit.report import evidence, queries
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
@@ -61,7 +61,7 @@ lab.metrics(sweep_tables.rejection_metrics(rej, kmax))
 # generation, and the tokens such a step emitted. Empty when 02's recipe had no `auto`.
 
 # %%
-prow = queries.optional_table(lab.client, src, "policy-runs")
+prow = evidence.table_or_none(lab.client, src, "policy-runs")  # None: 02 ran no policy arm
 pj = lab.table("policy-j", sweep_tables.policy_j_table(prow))
 if pj.empty:
     print(f"no policy arm in [{src_id}]: add auto to the recipe's k (k: [0, 1, 2, 3, auto]) and rerun 02")

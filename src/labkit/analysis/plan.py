@@ -153,6 +153,14 @@ def check_acceptance(p: list[float], *, what: str = "--acceptance") -> list[floa
     return p
 
 
+def pooled_positions(per_run, steps: float, k: int) -> list[float]:
+    """P(draft position i accepted in a step), i = 1..k, pooled over runs: ``per_run`` holds each
+    run's count of steps that accepted position i (a sweep's ``acc_pos``), ``steps`` the decode
+    steps of all of them. Non-increasing by construction; the clamp only removes float dust."""
+    p = [sum(int(a[i]) for a in per_run if a is not None and len(a) > i) / steps for i in range(k)]
+    return [min(p[: i + 1]) for i in range(k)]
+
+
 def from_first_token(first: float, k: int) -> list[float]:
     """A per-position profile from first-token acceptance alone, positions independent: a^i."""
     return [first ** (i + 1) for i in range(k)]

@@ -216,6 +216,7 @@ def bench_concurrency(
     arms = ([(c, k) for c in cs for k in ks] + ([(c, AA_ARM) for c in cs] if control and 0 in ks else [])
             + ([(c, POLICY_ARM) for c in cs] if policy is not None else []))
     pols: dict[int, object] = {}  # c -> the policy arm's one policy object
+    what = {AA_ARM: "A/A plain", **({POLICY_ARM: f"{policy[0]} (k_max {policy[2]})"} if policy else {})}
     results: dict[tuple, list] = {a: [] for a in arms}
     lossless: dict[tuple, list] = {a: [] for a in arms}
     for r in range(runs):
@@ -233,7 +234,6 @@ def bench_concurrency(
                 lossless[(c, k)].extend(_lossless(engine, reqs, recs, ref, near_tie=near_tie))
             if progress:
                 s = results[(c, k)][-1]
-                what = {AA_ARM: "A/A plain", POLICY_ARM: f"{policy[0] if policy else ''} (k_max {policy[2] if policy else ''})"}
                 progress(f"round {r + 1}/{runs} c={c} {what.get(k, f'k={k}')}: "
                          f"{s['agg_tok_s']:.1f} tok/s aggregate, "
                          f"{s['per_stream_tok_s'] or 0:.1f} per stream")

@@ -40,6 +40,10 @@ TINY_CONFIG = {"arch": "llama", "n_vocab": 512, "n_embd": 64, "n_layer": 2, "n_h
                "n_ff": 128, **{k: v for k, v in synthetic._COMMON.items()}}
 
 
+# the compute rates the probe calibrates (``calibrate``), ns per parameter
+COMPUTE_RATES = ("matvec_ns_per_param", "row_ns_per_param", "batch_ns_per_param", "odd_ns_per_param")
+
+
 def host_bandwidth(*, threads: int | None = None, gib: float = 1.0, repeats: int = 5) -> dict:
     """GB/s of a streaming read of ``gib`` GiB split over ``threads`` threads (median, range)."""
     threads = threads or os.cpu_count() or 1
@@ -144,8 +148,8 @@ def probe(*, host: dict, build: dict, threads: int | None = None, rounds: int = 
         "host_fingerprint": host, "build": {k: build.get(k) for k in ("llama_cpp_python", "cmake_args", "system_info")},
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "threads": n_threads,
         "host": {"bandwidth_gbs": bw["median"], "bandwidth": bw,
-                 "bandwidth_by_threads": {str(t): v for t, v in sorted(by_threads.items())}, **{k: cal[k] for k in
-                 ("matvec_ns_per_param", "row_ns_per_param", "batch_ns_per_param", "odd_ns_per_param")}},
+                 "bandwidth_by_threads": {str(t): v for t, v in sorted(by_threads.items())},
+                 **{k: cal[k] for k in COMPUTE_RATES}},
         "device": None, "device_note": dev["note"], "overhead_ms": overhead,
         "overhead": {"model": f"{TINY} (SYNTHETIC, {TINY_CONFIG['n_layer']} layers, n_embd {TINY_CONFIG['n_embd']})",
                      "H_ms": tiny["H_ms"]},
@@ -153,9 +157,6 @@ def probe(*, host: dict, build: dict, threads: int | None = None, rounds: int = 
                         **cal, "verify": res["verify"]},
         "residual": None,
     }
-
-
-COMPUTE_RATES = ("matvec_ns_per_param", "row_ns_per_param", "batch_ns_per_param", "odd_ns_per_param")
 
 
 def at_threads(profile: dict, n: int | None) -> dict:

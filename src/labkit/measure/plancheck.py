@@ -51,21 +51,28 @@ def _synthetic_path(name: str) -> Path:
     return path
 
 
+def _check_rows(path, profile: dict, *, model: str, synthetic: bool, in_sample: bool, threads: int | None,
+                rounds: int, kv_depth: int) -> list[dict]:
+    """verify(m), m = 1..8, of the GGUF at ``path`` measured at ``threads``, beside the plan
+    ``profile`` prices for it."""
+    prof = read_profile(path)
+    res = machine.bench_model(path, m_values=list(range(1, 9)), rounds=rounds, kv_depth=kv_depth, threads=threads)
+    return [{"model": model, "synthetic": synthetic, "in_sample": in_sample, "m": r["m"], "threads": threads,
+             "measured_ms": r["median"], "measured_min_ms": r["min"], "measured_max_ms": r["max"],
+             "predicted_ms": (pred := plan.verify_ms(prof, profile, plan.Placement(), r["m"])),
+             "error": pred / r["median"] - 1} for r in res["verify"]]
+
+
 def verify_check(profile: dict, *, names, rounds: int, threads: int | None, kv_depth: int = 200,
                  progress: Progress = None) -> pd.DataFrame:
     """Predicted vs measured verify(m) per model and m (medians), with the relative error."""
     rows = []
     for name in names:
-        path = zoo.get(name).path if name == EMBEDDED else _synthetic_path(name)
-        prof = read_profile(path)
         if progress:
             progress(f"check: verify(m) of {name}, {rounds} rounds")
-        res = machine.bench_model(path, m_values=list(range(1, 9)), rounds=rounds, kv_depth=kv_depth, threads=threads)
-        for r in res["verify"]:
-            pred = plan.verify_ms(prof, profile, plan.Placement(), r["m"])
-            rows.append({"model": name, "synthetic": name != EMBEDDED, "in_sample": name == EMBEDDED, "m": r["m"],
-                         "threads": threads, "measured_ms": r["median"], "measured_min_ms": r["min"],
-                         "measured_max_ms": r["max"], "predicted_ms": pred, "error": pred / r["median"] - 1})
+        rows += _check_rows(zoo.get(name).path if name == EMBEDDED else _synthetic_path(name), profile, model=name,
+                            synthetic=name != EMBEDDED, in_sample=name == EMBEDDED, threads=threads, rounds=rounds,
+                            kv_depth=kv_depth)
     return pd.DataFrame(rows)
 
 
@@ -74,20 +81,13 @@ def thread_check(profile: dict, *, counts, rounds: int, kv_depth: int = 200, pro
     (other than the probe's own), predicted from the profile as ``machine.at_threads`` sees it
     (bandwidth measured at that count, compute scaled from the probe's), beside measurement.
     Out of sample: the probe calibrated its rates at its own thread count only."""
-    path = zoo.get(EMBEDDED).path
-    prof = read_profile(path)
     rows = []
     for t in counts:
-        at = machine.at_threads(profile, t)
         if progress:
             progress(f"check: verify(m) of {EMBEDDED} at {t} thread(s), {rounds} rounds")
-        res = machine.bench_model(path, m_values=list(range(1, 9)), rounds=rounds, kv_depth=kv_depth, threads=t)
-        for r in res["verify"]:
-            pred = plan.verify_ms(prof, at, plan.Placement(), r["m"])
-            rows.append({"model": f"{EMBEDDED} @ {t} thread{'s' if t > 1 else ''}", "synthetic": False,
-                         "in_sample": False, "m": r["m"], "threads": t, "measured_ms": r["median"],
-                         "measured_min_ms": r["min"], "measured_max_ms": r["max"], "predicted_ms": pred,
-                         "error": pred / r["median"] - 1})
+        rows += _check_rows(zoo.get(EMBEDDED).path, machine.at_threads(profile, t),
+                            model=f"{EMBEDDED} @ {t} thread{'s' if t > 1 else ''}", synthetic=False, in_sample=False,
+                            threads=t, rounds=rounds, kv_depth=kv_depth)
     return pd.DataFrame(rows)
 
 
@@ -111,8 +111,7 @@ def sweep_check(profile: dict, prompts: list, *, runs: int = 2, max_tokens: int 
     base = plan.verify_ms(prof, profile, plan.Placement(), 1)
     for k in (1, 2, 3):
         g = warm[(warm["k"] == k)]
-        p = [sum(int(a[i]) for a in g["acc_pos"]) / g["steps"].sum() for i in range(k)]
-        p = [min(p[: i + 1]) for i in range(k)]
+        p = plan.pooled_positions(g["acc_pos"], g["steps"].sum(), k)
         # the n-gram drafter drafts fewer than k (often none) where it finds no match: price that
         ge = [sum(int(a[i]) for a in g["drafts_reaching_pos"]) / g["steps"].sum() for i in range(k)]
         c = plan.cell(prof, profile, plan.Placement(), k, p, len_ge=ge)

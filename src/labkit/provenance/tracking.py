@@ -319,11 +319,6 @@ def read_artifact(c, run_id: str, path: str) -> str:
 def load_json_artifact(c, run_id: str, path: str):
     return json.loads(read_artifact(c, run_id, path))
 
-def artifact_paths(c, run_id: str, folder: str) -> list[str]:
-    """The artifact paths directly under ``folder`` of a run ([] when there are none)."""
-    return _artifacts(c, run_id, folder)
-
-
 def _artifacts(c, run_id: str, folder: str) -> list[str]:
     try:
         return [a.path for a in c.list_artifacts(run_id, folder)]

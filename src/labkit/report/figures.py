@@ -315,7 +315,9 @@ def plot_policy_j(data: pd.DataFrame, *, title: str = "where the draft length po
         t = frame.groupby([by, "j"])["steps"].sum().unstack(fill_value=0).reindex(columns=js, fill_value=0)
         t = t.div(t.sum(axis=1), axis=0)
         if by == "segment":
-            t = t.reindex([s for s in ("1st quarter", "2nd quarter", "3rd quarter", "4th quarter") if s in t.index])
+            from labkit.analysis.sweep_tables import SEGMENTS
+
+            t = t.reindex([s for s in SEGMENTS if s in t.index])
         bottom = np.zeros(len(t))
         for i, j in enumerate(js):
             ax.bar(range(len(t)), t[j].to_numpy(), bottom=bottom, color=f"C{i}", label=f"j = {j}")

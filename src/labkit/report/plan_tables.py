@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from labkit.analysis import plan
 from labkit.errors import LabkitError
 from labkit.provenance import tracking
 from labkit.provenance.ids import parse_id
@@ -37,9 +38,7 @@ def acceptance_from_lab(c, text: str, *, drafter: str = "ngram", temperature: fl
     top = rows[rows["k"] == rows["k"].max()]
     k = int(top["k"].iloc[0])
     steps = float(top["steps"].sum())
-    p = [sum(int(r[i]) for r in top["acc_pos"] if r is not None and len(r) > i) / steps for i in range(k)]
-    for i in range(1, k):  # pooled counts are non-increasing by construction; guard float dust
-        p[i] = min(p[i], p[i - 1])
+    p = plan.pooled_positions(top["acc_pos"], steps, k)
     return {"p": p, "source": str(lab), "k_max": k, "steps": int(steps), "drafter": drafter}
 
 
@@ -60,9 +59,7 @@ def acceptance_from_replay_rows(pred: pd.DataFrame, *, drafter: str = "ngram", s
     k, steps = int(top["k"].iloc[0]), float(top["pred_steps"].sum())
     if not steps:
         raise LabkitError(f"{source or 'this run'}'s replay at k={k} has no decode steps", "replay longer outputs")
-    p = [sum(int(a[i]) for a in top["pred_acc_pos"] if a is not None and len(a) > i) / steps for i in range(k)]
-    for i in range(1, k):
-        p[i] = min(p[i], p[i - 1])
+    p = plan.pooled_positions(top["pred_acc_pos"], steps, k)
     return {"p": p, "source": f"replay of {source}" if source else "replay", "k_max": k, "steps": int(steps),
             "drafter": drafter, "prompts": int(top["prompt"].nunique()) if "prompt" in top else None}
 

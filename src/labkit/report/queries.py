@@ -74,14 +74,6 @@ def load_table(c, run, name: str) -> pd.DataFrame:
     return frames.frame_from_json(tracking.read_artifact(c, run.info.run_id, f"tables/{name}/data.json"))
 
 
-def optional_table(c, run, name: str) -> pd.DataFrame | None:
-    """``load_table``, or None when the run logged no table of that name (e.g. the policy's
-    tables of a sweep whose recipe had no ``k: auto``)."""
-    if f"tables/{name}" not in tracking.artifact_paths(c, run.info.run_id, "tables"):
-        return None
-    return load_table(c, run, name)
-
-
 def source_run(c, notebook: str, recipe) -> tuple:
     """The run of ``notebook`` (the k sweep) that downstream notebooks and ``advise`` read.
 
