@@ -45,7 +45,8 @@ def main() -> None:
         "host": host, "profile": {k: prof.get(k) for k in ("key", "host", "overhead_ms", "device_note", "measured_at")},
         "residual": res["residual"], "verify": res["verify"].to_dict("records"),
         "cells": None if res["cells"] is None else res["cells"].drop(columns=["line"]).to_dict("records"),
-        "published": {k: pub[k] for k in ("winners_match", "signs_match", "row_order_match")},
+        "published": {k: pub[k] for k in ("winners_match", "signs_match", "row_order_match", "median_abs_speedup_error",
+                                          "host_row_ns_per_param_all_rows", "without_host_row_term")},
         "published_cells": pub["cells"], "seconds": round(time.perf_counter() - t0, 1), "label": res["label"],
     }, default=str))
 

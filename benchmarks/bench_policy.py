@@ -16,6 +16,12 @@ fixed k, auto/peer) is paired by prompt and round and goes through the decisions
 rounds, verdict against ±2%). The best fixed k of a workload is picked from the same
 data (by its estimated ratio to plain), so auto/best is conservative for auto.
 
+Lossless (greedy): every arm's output is compared with plain's, token for token
+(``greedy_outputs_equal_plain``); an output that differs is explained by the verify
+oracle and the logit gap at the first differing token (``divergences``; ``lossless``
+is false for an arm only when a divergence is not a numerical near-tie of the batched
+kernels or the oracle finds an accepted draft that was not the argmax).
+
 Peer (edit prompts only): LlamaPromptLookupDecoding at num_pred_tokens --peer-k on the
 same model, threads and prompts, decode tok/s as in ``bench_lookup.py``; best by median.
 
@@ -41,7 +47,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from labkit.analysis import calibration, costmodel, decide
+from labkit.analysis import calibration, costmodel, decide, lossless
 from labkit.analysis.stats import summarize, tokens_from
 from labkit.artifacts import zoo
 from labkit.config.recipe import load
@@ -83,6 +89,29 @@ def peer_run(llm, ids: list[int], n: int) -> float:
         if len(out) >= n:
             break
     return (len(out) - 1) / (time.perf_counter() - t_first)
+
+
+def explain(eng, ids, outs: dict, identical: dict, **where) -> list[dict]:
+    """Greedy: every arm's output must be plain's, token for token (``identical`` per arm,
+    updated in place). Each output that is not is explained as the decisions' lossless
+    checks do: the verify oracle replays the run's own batches (every accepted draft the
+    argmax of the row that verified it), and ``divergence_report`` gives the logit gap at
+    the first differing token (a numerical near-tie of batched vs single-row kernels, or
+    not). Returns one record per differing output."""
+    ref = outs["plain"][0]
+    want = tokens_from(ref)
+    out = []
+    for name, runs in outs.items():
+        for i, recs in enumerate(runs):
+            same = tokens_from(recs) == want
+            identical[name] = identical.get(name, True) and same
+            if same:
+                continue
+            rep = lossless.divergence_report(eng, ids, ref, recs)
+            bad = lossless.verify_oracle(eng, ids, recs) if name != "plain" else []
+            out.append({**where, "arm": name, "round": i, "oracle_violations": len(bad),
+                        "lossless": rep["lossless"] and not bad, **rep["divergence"]})
+    return out
 
 
 def est(pairs: list[dict]) -> dict:
@@ -130,7 +159,7 @@ def main() -> None:
         peer = (llama_cpp.Llama(**kw, draft_model=lookup), lookup)
 
     arms = [("plain", 0)] + [(f"k{k}", k) for k in FIXED] + [("auto", K_MAX)]
-    rows, auto_recs, lossless = [], [], {}  # lossless: arm -> every greedy output equal to plain's
+    rows, auto_recs, identical, divergences = [], [], {}, []
     i_round = 0
     for w, prompts in sets.items():
         for p in prompts:
@@ -151,15 +180,18 @@ def main() -> None:
                     else:
                         recs = run(eng, ids, drafter=NgramDrafter() if k else None, k=k, max_tokens=n)
                     s = summarize(recs)
-                    outs.setdefault(name, []).append(tokens_from(recs))
+                    outs.setdefault(name, []).append(recs)
                     rows.append({"workload": w, "prompt": p.id, "round": r, "arm": name, "decode_tok_s":
                                  s.decode_tok_s, "e2e_tok_s": s.e2e_tok_s, "acceptance": s.acceptance,
                                  "mean_j": float(np.mean([x.policy_j for x in recs[1:]])) if name == "auto" else k})
                 i_round += 1
                 log(f"{w} {p.id} round {r}/{args.rounds}")
-            ref = outs["plain"][0]  # greedy: every arm's output must be plain's, token for token
-            for name, got in outs.items():
-                lossless[name] = lossless.get(name, True) and all(t == ref for t in got)
+            found = explain(eng, ids, outs, identical, workload=w, prompt=p.id)
+            for d in found:
+                log(f"  {d['arm']} round {d['round']}: differs from plain at token {d.get('index')} "
+                    f"(plain gap {d.get('plain_gap', float('nan')):.3f} logits, oracle violations "
+                    f"{d['oracle_violations']}): {'near-tie' if d['lossless'] else 'NOT LOSSLESS'}")
+            divergences += found
     df = pd.DataFrame(rows)
     warm = df[df["round"] > 0]
 
@@ -205,7 +237,9 @@ def main() -> None:
         "auto_j_histogram": {int(k): int(v) for k, v in chosen.items()},
         "calibration": cal.to_dict(orient="records"),
         "calibration_verdict": calibration.verdict(cal),
-        "greedy_outputs_equal_plain": lossless,
+        "greedy_outputs_equal_plain": identical,
+        "lossless": {a: not any(d["arm"] == a and not d["lossless"] for d in divergences) for a in identical},
+        "divergences": divergences,
         "policy": pol.describe(),
         "provenance": fingerprint.collect(engine=eng),
     }

@@ -60,9 +60,7 @@ data = published.load()
 models = published.model_profiles(data)
 cmp = plan_published.compare(data, models)
 lab.table("plan-vs-published", plan_tables.published_table(cmp["cells"]))
-print(f"winning n_max per row: {cmp['winners_match']}; signs: {cmp['signs_match']}; "
-      f"row order: {cmp['row_order_match']}")
-print("\n".join(plan_published.missed_term(cmp["cells"])))
+print("\n".join(plan_published.summary_lines(cmp)))
 
 # %%
 moe, box = models["moe"], cmp["boxes"]["moe"]

@@ -206,8 +206,9 @@ def test_cli_plan_prints_a_table_and_json_last(qwen3moe, tmp_path, capsys):
 
 
 def test_published_comparison_reports_every_cell_and_knows_its_own_predictions():
-    """The seeds' §E: every published cell beside its prediction, with the shape checks; fed its
-    own predictions as if published, it reproduces them exactly (errors 0, shape all matching)."""
+    """The seeds' §E: every published cell beside its prediction, with the shape checks. Fed
+    its own predictions at a known host per-row rate as if published, the leave-one-row-out fit
+    recovers that rate in every fold and the predictions exactly (errors 0, shape all matching)."""
     import copy
 
     from labkit.analysis import plan_published
@@ -221,19 +222,45 @@ def test_published_comparison_reports_every_cell_and_knows_its_own_predictions()
     assert res["row_order_predicted"] == ["dense, zero spill", "MoE, 10 layers spilled", "MoE, 14 layers spilled",
                                           "MoE, 24 layers spilled"]
     assert all(c["published_tok_s"] > 0 and c["predicted_tok_s"] > 0 for c in res["cells"])
-    missed = plan_published.missed_term(res["cells"])
-    assert all("ms per token" in line for line in missed[:-1])
-    assert missed[-1].startswith("over the spilled rows: an extra verify row costs")
+    spilled = [c for c in res["cells"] if c["spilled_layers"] > 0]
+    assert all(c["host_row_source"] == "fitted on the other spilled rows" for c in spilled)
+    assert len({round(c["host_row_ns_per_param"], 9) for c in spilled}) == 3  # one fit per held-out row
+    assert set(res["without_host_row_term"]) >= {"winners_match", "signs_match", "median_abs_speedup_error"}
+    known = 0.05
+    truth = plan_published.compare(data, models, host_row_ns_per_param=known)
     mine = copy.deepcopy(data)
-    it = iter(res["cells"])
-    for row in mine["published"]["chapter3_E"]:
+    it = iter(truth["cells"])
+    for row in mine["published"]["chapter3_E"]:  # its predicted speedups, on the published baselines
         for c in row["cells"]:
-            c["tok_s"] = next(it)["predicted_tok_s"]
+            c["tok_s"] = next(it)["predicted_speedup"] * row["baseline_tok_s"]
     again = plan_published.compare(mine, models)
     assert again["winners_match"] and again["signs_match"] and again["row_order_match"]
-    assert max(abs(c["tok_s_error"]) for c in again["cells"]) < 1e-9
-    real = plan_published.extra_row_shape(res["cells"])  # the extra row's cost against spill (arithmetic: below)
+    assert all(c["host_row_ns_per_param"] == pytest.approx(known, rel=1e-3)
+               for c in again["cells"] if c["spilled_layers"] > 0)
+    assert max(abs(c["speedup_error"]) for c in again["cells"]) < 1e-4
+    bare = plan_published.compare(data, models, host_row_ns_per_param=0.0)  # without the term: the miss, named
+    missed = plan_published.missed_term(bare["cells"])
+    assert all("ms per token" in line for line in missed[:-1])
+    assert missed[-1].startswith("over the spilled rows: an extra verify row costs")
+    real = plan_published.extra_row_shape(bare["cells"])  # the extra row's cost against spill (arithmetic: below)
     assert real["cells"] == 6 and real["line"].startswith("an extra verify row costs")
+
+
+def test_a_dearer_host_row_makes_spilled_speculation_dearer():
+    """The host per-row term prices only spilled rows: doubling it lowers every spilled cell's
+    predicted speedup and leaves the zero-spill dense row alone."""
+    from labkit.analysis import plan_published
+    from labkit.artifacts import published
+
+    data = published.load()
+    models = published.model_profiles(data)
+    a = plan_published.compare(data, models, host_row_ns_per_param=0.04)["cells"]
+    b = plan_published.compare(data, models, host_row_ns_per_param=0.08)["cells"]
+    for x, y in zip(a, b):
+        if x["spilled_layers"]:
+            assert y["predicted_speedup"] < x["predicted_speedup"]
+        else:
+            assert y["predicted_speedup"] == pytest.approx(x["predicted_speedup"])
 
 
 def test_extra_row_shape_recovers_a_known_line():

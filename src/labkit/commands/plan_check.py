@@ -32,22 +32,12 @@ def run(*, rounds: int = 8, sweep: bool = True) -> int:
 
 def published() -> int:
     """The planner beside the seeds' published §E cells (data/published/seeds.yaml)."""
-    import pandas as pd
-
     from labkit.analysis import plan_published
     from labkit.artifacts import published as pub
 
     data = pub.load()
     res = plan_published.compare(data, pub.model_profiles(data))
-    df = pd.DataFrame(res["cells"])
-    print("the planner beside Chapter 3's §E (PREDICTED with assumed bandwidths; baselines fitted, in sample):")
-    for r in df.itertuples():
-        print(f"  {r.row:<24} n_max={r.n_max}: published {r.published_tok_s:.1f} ({r.published_speedup:.2f}×), "
-              f"predicted {r.predicted_tok_s:.1f} ({r.predicted_speedup:.2f}×), error {r.tok_s_error:+.0%}"
-              + ("" if r.sign_match else "  SIGN DIFFERS"))
-    print(f"winning n_max per row match: {res['winners_match']}; signs match: {res['signs_match']}; "
-          f"row order match: {res['row_order_match']}")
-    for line in plan_published.missed_term(res["cells"]):
-        print(f"  missed: {line}")
+    for line in plan_published.summary_lines(res):
+        print(line)
     emit(res)
     return 0

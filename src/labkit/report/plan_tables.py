@@ -20,7 +20,8 @@ from labkit.report import evidence
 
 PUBLISHED_COLUMNS = ["source", "row", "n_max", "published_tok_s", "predicted_tok_s", "tok_s_error",
                      "published_speedup", "predicted_speedup", "speedup_error", "acceptance", "sign_match",
-                     "row_winner_published", "row_winner_predicted", "winner_match", "dominant"]
+                     "row_winner_published", "row_winner_predicted", "winner_match", "dominant",
+                     "host_row_ns_per_param", "host_row_source"]
 
 
 def acceptance_from_lab(c, text: str, *, drafter: str = "ngram", temperature: float = 0.0) -> dict:
