@@ -15,8 +15,9 @@ system-deps:
 test: setup
 	$(BIN)/python -m pytest
 
-# The inner loop: every test but those marked slow (papermill end to end, sweeps, servers,
-# browsers, the real-model MLX conversion). `make test` runs them all, as CI does.
+# The inner loop: every test but those marked slow (each more than ~3 s on a 2-core box:
+# papermill end to end, sweeps, servers, browsers, the real-model MLX conversion, real-engine
+# runs over every workload). `make test` runs them all, as CI does.
 .PHONY: test-quick
 test-quick: setup
 	$(BIN)/python -m pytest -m "not slow"

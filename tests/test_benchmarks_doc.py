@@ -81,6 +81,7 @@ def logged(store, tmp_path_factory):
     return reps
 
 
+@pytest.mark.slow
 def test_one_table_per_host_with_every_row_cited(logged):
     text = timings.render(timings.reproductions(tracking.client()))
     assert text.startswith(timings.BEGIN) and text.rstrip().endswith(timings.END)
@@ -144,6 +145,7 @@ def _script():
     return mod
 
 
+@pytest.mark.slow
 def test_script_writes_checks_and_reports_json(logged, tmp_path, capsys):
     doc = tmp_path / "benchmarks.md"
     script = _script()

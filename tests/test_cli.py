@@ -46,6 +46,7 @@ def test_models_lists_embedded_with_sha():
     assert row["sha256"].startswith("a5fd3b62") and row["verified"] is True
 
 
+@pytest.mark.slow
 def test_bench_verify_json():
     p = labkit("bench", "verify", "--m", "1-3", "--rounds", "3", "--kv-depth", "64")
     d = last_json(p)
@@ -66,6 +67,7 @@ def test_bench_verify_json():
     assert d["provenance"]["recipe"]["gate"]["source"].startswith("recipe file")
 
 
+@pytest.mark.slow
 def test_bench_spec_edit_is_lossless():
     p = labkit("bench", "spec", "--workload", "edit", "--k", "4", "--runs", "1", "--max-tokens", "48")
     d = last_json(p)
@@ -99,6 +101,7 @@ def test_prompt_longer_than_context(tmp_path):
     assert p.returncode == 2 and "raise n_ctx" in p.stderr
 
 
+@pytest.mark.slow
 def test_toolsuite_scores_each_seeded_run():
     """``labkit toolsuite --spec on --runs 2``: the runs go task by task (each prompt computed
     once for both), and each seeded run is scored on its own."""

@@ -55,6 +55,7 @@ def _restore(repo: Path, *files: str) -> None:
     _git(repo, "checkout", "--", *files)
 
 
+@pytest.mark.slow
 def test_saved_outputs_are_no_change_with_the_filter(clone):
     assert gitfilter.install(clone) is True and gitfilter.install(clone) is False  # idempotent
     nb = clone / "notebooks" / "03_acceptance_by_position.ipynb"
@@ -73,6 +74,7 @@ def test_saved_outputs_are_no_change_with_the_filter(clone):
         _restore(clone, "notebooks/03_acceptance_by_position.ipynb")
 
 
+@pytest.mark.slow
 def test_a_changed_parameter_is_refused_naming_both_files(clone):
     gitfilter.install(clone)
     ipynb, py = clone / "notebooks" / "02_k_sweep.ipynb", clone / "notebooks" / "02_k_sweep.py"

@@ -34,6 +34,7 @@ def _samples(factor: dict[int, float], *, rounds=5, sigma=0.03, seed=0) -> pd.Da
     (1.30, "disagree", 0.95),  # 30% apart: a finding
     (0.80, "disagree", 0.95),
 ])
+@pytest.mark.slow
 def test_agreement_verdict_by_simulation(factor, verdict, at_least):
     hits = [xc.agreement(_samples({2: factor}, seed=s)).query("judged").iloc[0]["verdict"] == verdict
             for s in range(100)]

@@ -10,6 +10,7 @@ from labkit.measure import energy
 from labkit.suites.workloads import load_workload
 
 
+@pytest.mark.slow
 def test_decode_window_on_the_real_engine(engine):
     p = load_workload("edit")[0]
     rows = energy.power_runs(engine, [p], drafter=NgramDrafter(), k=3, runs=1, max_tokens=24, interleave="abba")

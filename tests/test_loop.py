@@ -58,6 +58,7 @@ def test_ngram_is_lossless_on_every_workload(engine, workload):
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.slow
 def test_draft_model_is_lossless_on_every_workload(engine, draft_engine, workload):
     ids = engine.tokenize(load_workload(workload)[1].text)
     plain = run(engine, ids, max_tokens=MAX)
@@ -68,6 +69,7 @@ def test_draft_model_is_lossless_on_every_workload(engine, draft_engine, workloa
     assert_lossless(engine, ids, plain, recs)
 
 
+@pytest.mark.slow
 def test_edit_workload_accepts_most_ngram_drafts(engine):
     ids = engine.tokenize(load_workload("edit")[0].text)
     s = summarize(run(engine, ids, drafter=NgramDrafter(), k=4, max_tokens=96))
@@ -99,6 +101,7 @@ def test_gate_falls_back_to_plain_and_reprobes(engine):
     assert tokens_of(recs) == tokens_of(run(engine, ids, max_tokens=MAX))
 
 
+@pytest.mark.slow
 def test_gate_threshold_is_resolved_at_the_boundary_and_recorded(monkeypatch):
     """$AS_SPEC_MIN_ACCEPT sets the recipe's gate once, when the recipe is resolved; the
     loop never reads the environment, and the value's origin goes into provenance."""
@@ -126,6 +129,7 @@ def test_gate_threshold_is_resolved_at_the_boundary_and_recorded(monkeypatch):
         AcceptanceGate(threshold=1.5)
 
 
+@pytest.mark.slow
 def test_gate_stays_open_when_drafts_are_accepted(engine):
     ids = engine.tokenize(load_workload("edit")[0].text)
     recs = run(engine, ids, drafter=NgramDrafter(), k=3, max_tokens=MAX, gate=AcceptanceGate(threshold=0.1))

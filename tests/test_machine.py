@@ -80,6 +80,7 @@ def probed():
     return machine.probe(host=host_info(), build=build_info(), threads=2, rounds=4, gib=0.25)
 
 
+@pytest.mark.slow
 def test_probe_measures_this_host_and_predicts_its_own_calibration_model(probed, embedded):
     p = probed
     assert p["kind"] == "measured" and p["device"] is None and p["device_note"] == "not measured: no accelerator"
@@ -94,6 +95,7 @@ def test_probe_measures_this_host_and_predicts_its_own_calibration_model(probed,
     assert sorted(abs(e) for e in errs)[len(errs) // 2] < 0.25  # in sample: the form, not the numbers
 
 
+@pytest.mark.slow
 def test_machine_probe_command_caches_and_logs_a_run(profiles, store, capsys):
     from labkit import cli
     from labkit.provenance import tracking

@@ -249,6 +249,7 @@ def test_recipe_opens_an_mlx_engine(real_mlx_art):
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.slow
 def test_ngram_is_lossless_on_mlx(mlx_engine, workload):
     ids = mlx_engine.tokenize(load_workload(workload)[0].text)
     plain = run(mlx_engine, ids, max_tokens=MAX)
@@ -257,6 +258,7 @@ def test_ngram_is_lossless_on_mlx(mlx_engine, workload):
 
 
 @pytest.mark.parametrize("workload", ["edit", "prose_zh"])
+@pytest.mark.slow
 def test_draft_model_is_lossless_on_mlx(mlx_engine, mlx_draft, workload):
     ids = mlx_engine.tokenize(load_workload(workload)[1].text)
     plain = run(mlx_engine, ids, max_tokens=MAX)
@@ -291,6 +293,7 @@ def mlx_lm_steps(target, draft, context: list[int], *, k: int, n: int) -> tuple[
 
 
 @pytest.mark.parametrize("workload", ["edit", "code"])
+@pytest.mark.slow
 def test_acceptance_equals_mlx_lms_speculative_loop(mlx_engine, mlx_draft, workload):
     k = 3
     ids = mlx_engine.tokenize(load_workload(workload)[0].text)
@@ -318,6 +321,7 @@ def assert_agree(ref, other, ids):
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.slow
 def test_greedy_tokens_agree_with_llamacpp(syn_llama, mlx_engine, workload):
     ids = syn_llama.tokenize(load_workload(workload)[0].text)
     assert_agree(syn_llama, mlx_engine, ids)

@@ -51,6 +51,7 @@ def test_engine_holds_sequences(multi):
 
 
 @pytest.mark.parametrize("k", [0, 3])
+@pytest.mark.slow
 def test_each_stream_is_its_own_single_stream_output(multi, engine, prompts, refs, k):
     reqs = [Request(prompt=p, max_tokens=24) for p in prompts]
     recs = run_many(multi, reqs, c=3, k=k, make_drafter=NgramDrafter if k else None)
@@ -106,6 +107,7 @@ def test_rollback_of_one_stream_leaves_the_others(multi, prompts):
     assert np.abs(rolled - kept).max() < MAX_NEAR_TIE
 
 
+@pytest.mark.slow
 def test_a_stream_finishing_early_hands_its_slot_to_the_next(multi, engine, prompts, refs):
     lens = [4, 24, 24, 24]
     reqs = [Request(prompt=prompts[i % 3], max_tokens=n) for i, n in enumerate(lens)]
@@ -133,6 +135,7 @@ def test_refuses_what_it_cannot_do_before_decoding(multi, prompts):
             next(generate_many(multi, reqs, **kw))
 
 
+@pytest.mark.slow
 def test_bench_concurrency_rows_and_batch_cost(multi, prompts):
     res = concurrency.bench_concurrency(multi, prompts[:2], cs=[1, 2], ks=[0, 2], make_drafter=NgramDrafter,
                                         runs=1, max_tokens=8)

@@ -262,6 +262,7 @@ def test_priced_policy_on_the_measured_box_drafts_long_when_every_draft_is_right
     assert max(r.policy_j for r in recs[1:]) >= 2, ([r.policy_j for r in recs], pol.describe())
 
 
+@pytest.mark.slow
 def test_sampled_run_uses_the_standard_rule_and_is_reproducible(engine):
     ids = engine.tokenize(load_workload("edit")[0].text)
     flat = Curve(25.0, {m: 26.0 for m in range(2, 10)})

@@ -168,6 +168,7 @@ def edit_prompt():
     return load_workload("edit", limit=1)
 
 
+@pytest.mark.slow
 def test_stepwise_protocol_on_the_real_engine(engine, edit_prompt):
     from labkit.decoding.drafters.ngram import NgramDrafter
     from labkit.measure import protocol as mp
@@ -219,6 +220,7 @@ def test_stepwise_protocol_on_the_real_engine(engine, edit_prompt):
     assert set(cells["k"]) == {0, 1, 2} and (cells[cells["k"] == 0]["n"] == 4).all()
 
 
+@pytest.mark.slow
 def test_the_gated_sweep_measures_the_global_default_warm_with_the_gate_on(engine, edit_prompt):
     """Notebook 02's gate on vs off: the global default (drafter, k) at T=0 measured again with
     the gate on, beside plain on the same prompts; no cold round (the sweep just ran them)."""
@@ -240,6 +242,7 @@ def test_the_gated_sweep_measures_the_global_default_warm_with_the_gate_on(engin
                        make_gate=lambda: AcceptanceGate(threshold=0.6)) is None  # no default speculates
 
 
+@pytest.mark.slow
 def test_suite_check_runs_the_real_suite_at_k(engine):
     from labkit.decoding.drafters.ngram import NgramDrafter
     from labkit.suites.stepcheck import SuiteCheck, spread_tasks
@@ -391,6 +394,7 @@ def test_the_replay_decides_steps_whose_answer_it_knows():
     assert one["e2e_speedup"] != one["e2e_speedup"]  # one prompt: no interval, so none is shown
 
 
+@pytest.mark.slow
 def test_a_drafter_the_replay_rules_out_is_never_measured(engine, edit_prompt):
     from labkit.decoding.drafters.ngram import NgramDrafter
     from labkit.measure import protocol as mp

@@ -310,6 +310,7 @@ def test_undeclared_parameter_is_refused_before_anything_runs(store, tmp_path):
     assert before == after
 
 
+@pytest.mark.slow
 def test_tracking_server_down_is_a_clear_error(monkeypatch, tmp_path):
     port = servers.free_port()  # nothing listens there
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")

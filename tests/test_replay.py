@@ -133,6 +133,7 @@ def measured_vs_replayed(engine, ids, drafter, k):
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.slow
 def test_replay_equals_measured_ngram_runs_step_by_step(engine, prompts, k):
     from labkit.decoding.drafters.ngram import NgramDrafter
 
@@ -144,6 +145,7 @@ def test_replay_equals_measured_ngram_runs_step_by_step(engine, prompts, k):
     assert accepted > 0  # the edit prompt copies: the comparison covers accepted drafts, not only misses
 
 
+@pytest.mark.slow
 def test_replay_equals_measured_draft_model_runs(engine, draft_engine, prompts):
     from labkit.decoding.drafters.model import ModelDrafter
 
@@ -152,6 +154,7 @@ def test_replay_equals_measured_draft_model_runs(engine, draft_engine, prompts):
     assert replayed == measured and sum(s["accepted"] for s in steps) > 0
 
 
+@pytest.mark.slow
 def test_prediction_computes_a_draft_models_prompt_once_for_every_k(engine, draft_engine, prompts):
     """``measure.protocol.predict`` replays k = 1, 2, 3 with one draft model: its prompt is
     computed once (at k = 1) and reused, the replayed steps are those of replays that each

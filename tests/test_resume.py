@@ -69,6 +69,7 @@ class Collect:
 
 
 # -- the measurement layer ------------------------------------------------------------------
+@pytest.mark.slow
 def test_k_sweep_skips_journaled_arms_and_keeps_the_order(engine):
     prompts = load_workload("edit", limit=2)
     kw = {"drafters": {"ngram": NgramDrafter()}, "ks": [0, 2], "runs": 1, "max_tokens": 12}
@@ -86,6 +87,7 @@ def test_k_sweep_skips_journaled_arms_and_keeps_the_order(engine):
     assert resumed["lossless"].all()  # checked across restored and new arms alike
 
 
+@pytest.mark.slow
 def test_power_runs_resume(engine):
     prompts = load_workload("edit", limit=1)
     full = Collect()
@@ -98,6 +100,7 @@ def test_power_runs_resume(engine):
     assert again[["prompt", "run", "k"]].values.tolist() == rows[["prompt", "run", "k"]].values.tolist()
 
 
+@pytest.mark.slow
 def test_tool_suite_tasks_resume(engine):
     tasks = toolsuite.load_tasks()[:2]
     kw = {"drafters": {"ngram": NgramDrafter()}, "k": 2, "runs": 1, "temperature": 0.7}

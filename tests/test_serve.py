@@ -149,6 +149,7 @@ def test_the_draft_length_reaches_ngram_simple():
 
 
 @pytest.mark.parametrize("bad", [["--c", "0"], ["--k", "-1"], ["--c", "1,x"], ["--workload", "nope"]])
+@pytest.mark.slow
 def test_bench_concurrency_bad_input_exits_2_with_a_fix(bad):
     p = _labkit("bench", "concurrency", *bad, check=False)
     assert p.returncode == 2 and "fix:" in p.stderr

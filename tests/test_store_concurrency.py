@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 N_RUNS, N_METRICS = 3, 40
 
 WRITER = r"""
@@ -62,6 +64,7 @@ def _writers(tmp_path: Path, uri: str, n: int = 2) -> list[subprocess.CompletedP
     return [subprocess.CompletedProcess(p.args, p.returncode, o, e) for p, (o, e) in zip(procs, outs)]
 
 
+@pytest.mark.slow
 def test_two_writers_on_one_new_sqlite_store_lose_nothing(tmp_path):
     db = tmp_path / "lab" / "mlflow.db"
     uri = f"sqlite:///{db}"

@@ -28,6 +28,7 @@ def written(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_loads_and_decodes_token_ids(written, name):
     path, made = written[name]
     cfg = synthetic.config_for(name)
