@@ -7,6 +7,8 @@ rewritten; the same store gives the same file.
     .venv/bin/python scripts/benchmarks-doc.py                 # the store of MLFLOW_TRACKING_URI (default ./mlflow.db)
     .venv/bin/python scripts/benchmarks-doc.py --check         # exit 1 when the file is not what the store gives
     MLFLOW_TRACKING_URI=http://host:5005 .venv/bin/python scripts/benchmarks-doc.py   # the team's store
+    .venv/bin/python scripts/benchmarks-doc.py --store sqlite:///a/mlflow.db --store sqlite:///b/mlflow.db
+                                                               # several stores (e.g. fresh clones), merged
 
 Progress on stderr; one JSON document as the last line of stdout; exit 2 on bad input.
 """
@@ -14,6 +16,7 @@ Progress on stderr; one JSON document as the last line of stdout; exit 2 on bad 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -29,6 +32,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scripts/benchmarks-doc.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=None, help="the file to write (default: docs/benchmarks.md in the checkout)")
+    p.add_argument("--store", action="append", default=None, metavar="URI",
+                   help="a tracking URI to read (repeatable: the reproductions of every store, merged by run id); "
+                        "default: MLFLOW_TRACKING_URI, else ./mlflow.db")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 when the file differs from what the store gives")
     return p
@@ -37,9 +43,14 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
     out = Path(args.out) if args.out else project_root() / "docs" / "benchmarks.md"
-    uri = redact(tracking.tracking_uri())
-    progress(f"reading reproductions from {uri}")
-    reps = timings.reproductions(tracking.client())
+    stores = args.store or [tracking.tracking_uri()]
+    reps: dict[str, dict] = {}
+    for s in stores:
+        progress(f"reading reproductions from {redact(s)}")
+        os.environ["MLFLOW_TRACKING_URI"] = s
+        reps.update({r["run_id"]: r for r in timings.reproductions(tracking.client())})
+    reps = sorted(reps.values(), key=lambda r: (r["start"], r["run_id"]))
+    uri = ", ".join(redact(s) for s in stores)
     block = timings.render(reps)
     hosts = sorted({r["host"] for r in reps})
     summary = {"out": str(out), "store": uri, "reproductions": len(reps), "hosts": hosts}

@@ -362,4 +362,17 @@ def test_field_sheet_cells_are_short_and_say_each_thing_once():
                            "a5fd3b62a5fd… (gemma3 270M Q4_K - Medium)")
     assert short["6."] == nd  # not "off no data …; on no data …"
     assert all(len(v) <= 200 for v in short.values())
+    # the tool-suite cell as a real run gave it (LAB:04-9c2470-gfiwe, 217 characters): the verdict's
+    # restated bands go, the scores stay once
+    notes = ("within ±10: on 17.3%-25.0% (median 21.2%) vs off band 17.3%-21.2%; median inside the measured band; "
+             "paired McNemar p = 0.549; ran at n_max=1")
+    suite = {"baseline": "greedy 28.8%; sampled 17.3%-21.2%", "candidate": "greedy 26.9%; sampled 17.3%-25.0%",
+             "notes": notes}
+    rows = [{**r, **suite} if r["item"] == "tool suite runs" else r for r in rows]
+    cell = {f["item"][:2]: f["value"] for f in worksheet.field_sheet(rows)}["6."]
+    assert cell == ("off greedy 28.8%; sampled 17.3%-21.2%; on greedy 26.9%; sampled 17.3%-25.0%; within ±10: "
+                    "median inside the measured band; paired McNemar p = 0.549; ran at n_max=1")
+    regression = "regression: on 5.0% vs off band 17.3%-21.2%; worst run 12.3 points below the band (median 12.3), beyond ±10"
+    assert worksheet._suite_notes(regression) == ("regression: worst run 12.3 points below the band (median 12.3), "
+                                                  "beyond ±10")
 
