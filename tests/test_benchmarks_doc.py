@@ -113,6 +113,7 @@ def test_one_table_per_host_with_every_row_cited(logged):
     assert "01 = `01_cost_fit`" in a and "2 reproductions on box-a" in a
 
 
+@pytest.mark.slow  # the module's logged-store fixture: ~45 s
 def test_regenerating_from_the_same_store_gives_the_same_file(logged, tmp_path):
     doc = tmp_path / "docs" / "benchmarks.md"
     assert timings.write(doc, timings.render(timings.reproductions(tracking.client()))) is True

@@ -339,6 +339,7 @@ def test_against_a_real_mlflow_server(tmp_path, monkeypatch):
         servers.stop(srv)
 
 
+@pytest.mark.slow  # ~11 s: a real Jupyter kernel
 def test_interactive_kernel_logs_every_cell(store, monkeypatch, tmp_path):
     """Outside papermill: an IPython shell, the session creating its own run."""
     from IPython.core.interactiveshell import InteractiveShell

@@ -92,6 +92,7 @@ def test_power_source_from_linux_sysfs(tmp_path):
     assert fingerprint.power_source(sysfs=str(tmp_path / "absent")) is None
 
 
+@pytest.mark.slow  # ~20 s on a 2-core box: fingerprint.collect of the real host and build
 def test_every_run_records_host_label_accelerator_and_build(monkeypatch):
     monkeypatch.setenv("LABKIT_HOST_LABEL", "gpu-box")
     tags = runtags.flat_tags(fingerprint.collect(recipe=load(None)))
