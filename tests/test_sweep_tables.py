@@ -130,3 +130,10 @@ def test_policy_j_table_says_where_each_j_was_chosen():
     assert t["segment"].iloc[0] == "all"  # "all" first, then the quarters in order
     assert sweep_tables.policy_j_table(pd.DataFrame([{"drafter": "ngram", "workload": "edit"}])).empty
     assert sweep_tables.policy_j_table(None).empty
+    # 03 reads 02's whole logged "policy-runs" table back from the store: plain rows (no policy)
+    # sit beside the policy's, their cells NaN (LAB:03-9c2470-6hmtv failed on exactly that)
+    from labkit.provenance import frames
+
+    plain = {"drafter": "none", "workload": "edit", "cold": False}
+    logged = frames.frame_from_json(frames.frame_to_json(pd.DataFrame([plain, warm, cold])))
+    pd.testing.assert_frame_equal(sweep_tables.policy_j_table(logged), t)

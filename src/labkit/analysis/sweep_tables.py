@@ -175,11 +175,12 @@ def policy_j_table(prow: pd.DataFrame) -> pd.DataFrame:
     if prow is None or prow.empty or "policy_js" not in prow:
         return pd.DataFrame(columns=cols)
     r = prow if "cold" not in prow else prow[~prow["cold"].astype(bool)]
+    seq = (list, tuple, np.ndarray)  # a logged table read back gives plain rows' cells as NaN
     steps = []
     for x in r.to_dict("records"):
-        js = list(x.get("policy_js") or [])
+        js = list(x["policy_js"]) if isinstance(x.get("policy_js"), seq) else []
         acc = x.get("policy_accepted")
-        acc = list(acc) if isinstance(acc, (list, tuple, np.ndarray)) else [None] * len(js)
+        acc = list(acc) if isinstance(acc, seq) else [None] * len(js)
         for i, (j, a) in enumerate(zip(js, acc, strict=True)):
             seg = SEGMENTS[min(3, 4 * i // max(1, len(js)))]
             steps.append({"drafter": x["drafter"], "workload": x["workload"], "segment": seg, "j": int(j),
