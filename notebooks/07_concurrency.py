@@ -132,5 +132,6 @@ if not skip:
           f"-- box noise: {v['aa_problem']}" if v["aa_problem"] else "")
     forest = lab.table("concurrency-forest", ctable.forest(df, margin=R.decision_margin,
                                                            confidence=R.decision_confidence), display=False)
+    lab.metrics(ctable.forest_metrics(forest))  # speedup_c/<engine>.<arm> at step = c, with its CI
     lab.figure("forest", forest, name="concurrency-forest", margin=R.decision_margin,
                title=f"{workload}: aggregate speedup vs plain at each c, with its CI")

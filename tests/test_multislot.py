@@ -220,6 +220,16 @@ def test_dips_and_verdict_from_rows():
     assert v.iloc[0]["decision"].startswith("ngram k=3 at c=4 (aggregate tok/s, best of 1): 0.91× (95% CI")
     assert ctable.verdict(df, 2).iloc[0]["verdict"] == "speculation pays at c=2"
     assert ctable.verdict(df, 8).iloc[0]["verdict"] == "not measured at c=8"
+    # 07 logs every forest row as a metric at step = c, its CI as the range, so the MLflow runs
+    # table charts speedup against c and drift compares two runs' intervals
+    forest = ctable.forest(df)
+    ms = {(m["name"], m["step"]): m for m in ctable.forest_metrics(forest)}
+    assert set(ms) == {("speedup_c/labkit.aa", 4)} | {("speedup_c/labkit.ngram.k3", c) for c in (1, 2, 3, 4)}
+    row = forest[(forest["c"] == 4) & (forest["drafter"] == "ngram")].iloc[0]
+    m = ms[("speedup_c/labkit.ngram.k3", 4)]
+    assert (m["value"], m["lo"], m["hi"]) == (row["ratio"], row["lo"], row["hi"]) and m["hi"] < 0.98
+    plus = forest.assign(drafter=forest["drafter"].replace("ngram", "ngram+priced"))
+    assert {m["name"] for m in ctable.forest_metrics(plus)} >= {"speedup_c/labkit.ngram_priced.k3"}  # MLflow's charset
 
 
 def test_the_best_of_several_arms_at_c_is_not_a_win_by_selection():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 
 from labkit.analysis import decide
@@ -129,6 +130,22 @@ def forest(df: pd.DataFrame, *, margin: float = decide.DEFAULT_MARGIN,
     if f.empty:
         return f
     return f.sort_values(["drafter"], key=lambda s: s != "A/A", kind="stable").reset_index(drop=True)
+
+
+def forest_metrics(forest: pd.DataFrame) -> list[dict]:
+    """Each forest row as a metric that the MLflow runs table can chart and compare across runs
+    (and drift judges by its interval): ``speedup_c/<engine>.<arm>`` at step = c, its CI as the
+    recorded range; the A/A control's arm is ``aa``. A row without an estimate is left out."""
+    import re
+
+    out = []
+    for r in forest.itertuples():
+        if r.ratio is None or not np.isfinite(r.ratio):
+            continue
+        arm = "aa" if r.drafter == "A/A" else re.sub(r"[^\w.-]", "_", f"{r.drafter}.k{r.k}")
+        out.append({"name": f"speedup_c/{r.engine}.{arm}", "value": float(r.ratio), "lo": float(r.lo),
+                    "hi": float(r.hi), "step": int(r.c)})
+    return out
 
 
 def production_cs(concurrency: Sequence[int], production: int) -> list[int]:
