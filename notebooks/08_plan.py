@@ -69,4 +69,5 @@ pub = plan.plan(moe, box, placements=[row], n_max=[0, 1, 2, 3, 4], acceptance=pl
 lab.table("plan-published-row", plan_tables.e_table(pub))
 lab.figure("plan_speedup_vs_spill", plan_tables.axis_table(pub), name="plan-speedup-vs-spill",
            points=plan_tables.published_points(cmp["cells"]),
-           title="published box (assumed bandwidths), MoE, first-token acceptance 0.89: predicted speedup")
+           title="published box (assumed bandwidths; host per-row rate fitted on all published rows), MoE, "
+                 "first-token acceptance 0.89: predicted speedup")
