@@ -16,7 +16,6 @@ Progress on stderr; one JSON document as the last line of stdout; exit 2 on bad 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -47,8 +46,7 @@ def main(argv=None) -> int:
     reps: dict[str, dict] = {}
     for s in stores:
         progress(f"reading reproductions from {redact(s)}")
-        os.environ["MLFLOW_TRACKING_URI"] = s
-        reps.update({r["run_id"]: r for r in timings.reproductions(tracking.client())})
+        reps.update({r["run_id"]: r for r in timings.reproductions(tracking.client(uri=s))})
     reps = sorted(reps.values(), key=lambda r: (r["start"], r["run_id"]))
     uri = ", ".join(redact(s) for s in stores)
     block = timings.render(reps)

@@ -112,10 +112,13 @@ def compare(data: dict, models: dict, *, host_row_ns_per_param: float | None = N
     boxes = fit_box(rows, models, assumed["box"], data["published"]["post"])
     prose = plan.check_acceptance([0.85, 0.72, 0.59], what="the post's prose profile")
     given = host_row_ns_per_param if host_row_ns_per_param is not None else assumed["box"].get("host_row_ns_per_param")
+    all_rows = fit_host_row(rows, models, boxes, prose) if given is None else float(given)
     out, order_pub, order_pred = [], [], []
     for r in rows:
         if given is not None:
             rate, how = float(given), "given" if host_row_ns_per_param is not None else "assumed (data)"
+        elif r["spilled_layers"] == 0:  # no host-side rows: the rate is not a term, nothing to fit
+            rate, how = all_rows, None
         else:
             rate = fit_host_row([o for o in rows if o is not r], models, boxes, prose)
             how = "fitted on the other spilled rows"
@@ -140,7 +143,6 @@ def compare(data: dict, models: dict, *, host_row_ns_per_param: float | None = N
                         "host_row_ns_per_param": rate if r["spilled_layers"] > 0 else None,
                         "host_row_source": how if r["spilled_layers"] > 0 else "no spilled layers: not a term"})
     rank = lambda o: [n for n, _ in sorted(o, key=lambda t: -t[1])]  # noqa: E731
-    all_rows = fit_host_row(rows, models, boxes, prose) if given is None else float(given)
     res = {"cells": out, "boxes": {n: _with_host_row(b, all_rows or 0.0) for n, b in boxes.items()},
            "host_row_ns_per_param_all_rows": all_rows,
            "row_order_published": rank(order_pub), "row_order_predicted": rank(order_pred),

@@ -97,14 +97,15 @@ def project_experiment_ids(c) -> list[str]:
     return [e.experiment_id for e in exps]
 
 
-def client(*, check: bool = True):
-    """An MlflowClient on the tracking URI, checked to answer (a down server is a clear error).
+def client(*, check: bool = True, uri: str | None = None):
+    """An MlflowClient on ``uri`` (default: the tracking URI), checked to answer (a down server
+    is a clear error).
 
     ``check=False`` skips the reachability probe (a notebook kernel under ``reproduce``,
     whose run already exists: if the server is away, its records go to the journal)."""
     from mlflow.tracking import MlflowClient
 
-    uri = tracking_uri()
+    uri = uri or tracking_uri()
     if store_kind(uri) == "sqlite":
         return sqlite_client(uri)
     c = MlflowClient(tracking_uri=uri)
@@ -318,6 +319,7 @@ def read_artifact(c, run_id: str, path: str) -> str:
 
 def load_json_artifact(c, run_id: str, path: str):
     return json.loads(read_artifact(c, run_id, path))
+
 
 def _artifacts(c, run_id: str, folder: str) -> list[str]:
     try:
