@@ -13,6 +13,7 @@ import importlib.util
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -167,6 +168,22 @@ def test_script_writes_checks_and_reports_json(logged, tmp_path, capsys):
     with pytest.raises(SystemExit):
         script.main(["--help"])
     assert "--check" in capsys.readouterr().out
+    # --store, repeated: the reproductions of real stores merged by run id (a copy of the store
+    # holds the same runs: they count once), and the process's MLFLOW_TRACKING_URI is left as it was
+    uri = tracking.tracking_uri()
+    copy = tmp_path / "copy.db"
+    with sqlite3.connect(uri.removeprefix("sqlite:///")) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)  # a consistent copy, whatever the journal mode
+    other = f"sqlite:///{tmp_path / 'other' / 'mlflow.db'}"
+    (tmp_path / "other").mkdir()
+    mp = pytest.MonkeyPatch()
+    _reproduction(tracking.client(uri=other), mp, tmp_path, host="box-z", seconds={"01_cost_fit": 33.0})
+    mp.undo()
+    rc, one, _ = run("--check")
+    rc, both, err = run("--store", uri, "--store", f"sqlite:///{copy}", "--store", other)
+    assert rc == 0 and both["reproductions"] == one["reproductions"] + 1 and "box-z" in both["hosts"]
+    assert err.count("reading reproductions from") == 3 and tracking.tracking_uri() == uri
+    assert "box-z" in _sections(doc.read_text())
     # bad input, as a user meets it: exit 2, the problem and the fix on stderr, the file untouched
     doc.write_text("no markers\n")
     r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(doc)], capture_output=True, text=True, timeout=300)
