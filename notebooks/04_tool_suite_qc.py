@@ -24,15 +24,19 @@
 # with its first divergence and logit gap. Sampled runs (seeded) give the noise band: the
 # spread of the off runs. The verdict applies the tolerance in points
 # (`toolsuite_tolerance_pts`, the chapter's ±10) beside that band; a paired test over tasks
-# (exact McNemar, bootstrap) and every task's output on vs off are logged too. The runs go
-# task by task: each prompt is computed once for all of a task's runs (the same KV cells
-# and logits, so the same outputs), and an interrupted run resumes at the next task.
+# (exact McNemar, bootstrap) and every task's output on vs off are logged too. Sampled
+# runs stop when the answer is known: `toolsuite_min_runs` first, then one more while the
+# paired difference's CI straddles -tolerance, up to `toolsuite_runs` (Bonferroni over the
+# looks). The runs go task by task: each prompt is computed once for all of a task's runs
+# in a pass (the same KV cells and logits, so the same outputs), and an interrupted run
+# resumes at the next task.
 
 # %% tags=["parameters"]
 recipe = "default"
 drafters = None
 toolsuite_k = None
-toolsuite_runs = None
+toolsuite_runs = None  # sampled runs at most; None: the recipe's
+toolsuite_min_runs = None  # sampled runs before the first look; None: the recipe's
 toolsuite_temperature = None
 toolsuite_tasks = None  # None: the whole suite
 n_max = None  # the candidate k; None: the recipe's, else the newest sweep's protocol winner
@@ -66,12 +70,16 @@ if not skip:
     arms = {cand["drafter"]: runtime.make_drafter(cand["drafter"], R, engine)}
     tasks = toolsuite.load_tasks()[: R.toolsuite_tasks]
     res = qc.control(engine, tasks, drafters=arms, k=cand["k"], runs=R.toolsuite_runs,
-                     temperature=R.toolsuite_temperature, seed=R.seed, tolerance_pts=R.toolsuite_tolerance_pts,
-                     progress=lab.progress, **lab.arms("toolsuite"))
+                     min_runs=R.toolsuite_min_runs, temperature=R.toolsuite_temperature, seed=R.seed,
+                     tolerance_pts=R.toolsuite_tolerance_pts, progress=lab.progress, **lab.arms("toolsuite"))
     lab.table("toolsuite-scores", res["scores"])
     lab.table("greedy-divergences", res["divergences"])
     lab.table("toolsuite-tasks", res["task_pairs"], display=False)
     lab.table("toolsuite-paired", res["paired"])
+    if not res["looks"].empty:  # the sequential runs: each look's paired CI, and where it stopped
+        lab.table("toolsuite-looks", res["looks"], display=False)
+    lab.client.set_tag(lab.run_id, "toolsuite.runs", f"{res['runs']} of up to {res['max_runs']}"
+                       + (f" (stopped {res['stopped']})" if res["stopped"] else ""))
 
 # %%
 if not skip:

@@ -18,8 +18,9 @@
 #
 # c streams decoded together, k = 0 (plain continuous batching) vs the sweep's best
 # n-gram k, at every c: labkit's multi-slot loop (one shared llama.cpp decode per step)
-# and llama.cpp's own `llama-server` (`-np c`, `--spec-type ngram-simple`, built from the
-# wheel's sources) on the same prompts. Arms are interleaved; aggregate and per-stream
+# and llama.cpp's own `llama-server` (`--spec-type ngram-simple`, built from the wheel's
+# sources; one process per arm for the whole grid, `-np` the largest c as labkit's loop,
+# every slot erased before each arm) on the same prompts. Arms are interleaved; aggregate and per-stream
 # tok/s, TTFT/TTLT, acceptance, the batch cost fit, the dip flag, and the verdict at the
 # recipe's `production_concurrency`.
 

@@ -387,7 +387,8 @@ def test_k_auto_is_an_arm_of_the_sweep_judged_like_a_fixed_k(engine):
     prompts = load_workload("edit", limit=2)
     rows = sweep.k_sweep(engine, prompts, drafters=arms, ks=[0, 1], policies=pol, runs=2, max_tokens=12)
     p = rows[rows["drafter"] == "ngram+priced"]
-    assert len(p) == 2 * 3 and (p["k"] == 3).all() and (p["policy"] == "priced").all()  # cold + 2 warm per prompt
+    assert len(p) == 2 * 2 and (p["k"] == 3).all() and (p["policy"] == "priced").all()  # 2 warm rounds per prompt
+    assert rows[rows["cold"]][["drafter", "k"]].drop_duplicates().values.tolist() == [["none", 0]]  # the cold run: plain
     assert p[p["temperature"] == 0]["lossless"].all()  # the policy never changes a greedy output
     t = verdicts.policy_table(rows)
     assert t["drafter"].tolist() == ["ngram+priced"] and t["k_max"].tolist() == [3]

@@ -142,3 +142,73 @@ def test_prompt_reuse_serves_the_prompt_without_computing_it_again(engine):
         assert len(calls) > n
     finally:
         del engine.decode
+
+
+# -- the tool suite's sequential runs: looks with a Bonferroni level --------------------------
+def _suite_runs(rng, p, d, runs, common=0.5):
+    """SYNTHETIC per-(task, run) correctness off and on: task i is right with probability p[i]
+    off and p[i] + d on; a run's two outputs share their random draw with probability
+    ``common`` (the same seed often gives the same sample, as in the real suite)."""
+    off, on = [], []
+    for r in range(runs):
+        u = rng.random(len(p))
+        v = np.where(rng.random(len(p)) < common, u, rng.random(len(p)))
+        off.append(pd.DataFrame({"task": [f"t{i}" for i in range(len(p))], "run": r, "correct": u < p}))
+        on.append(pd.DataFrame({"task": [f"t{i}" for i in range(len(p))], "run": r, "correct": v < p + d}))
+    return off, on
+
+
+def _sequential(off, on, *, runs=3, min_runs=2, tolerance=10.0, alpha=0.05):
+    """What qc.control does between passes: look after each pass, stop at the first decided look."""
+    passes = qc.run_passes(runs, min_runs)
+    level = qc.look_level(passes, alpha)
+    for rs in passes:
+        n = rs[-1] + 1
+        lk = qc.look(pd.concat(off[:n]), pd.concat(on[:n]), tolerance_pts=tolerance, confidence=level)
+        if lk["decided"]:
+            return lk["answer"], n
+    return "undecided", n
+
+
+@pytest.mark.slow  # 400 simulated suites (~10 s)
+def test_sequential_runs_keep_the_error_rate_at_the_tolerance_boundary():
+    """SYNTHETIC, 200 replications of a 52-task suite: speculation costs exactly 10 points (the
+    tolerance), so "within tolerance" is the wrong answer; the looks (two, at 97.5% each) give
+    it in at most 5% of replications. With no effect, "regression" is as rare."""
+    rng = np.random.default_rng(7)
+    p = rng.uniform(0.3, 0.85, 52)  # no clipping at p + d
+    wrong = sum(_sequential(*_suite_runs(rng, p, -0.10, 3))[0] == "within tolerance" for _ in range(200))
+    assert wrong <= 10, wrong
+    false_alarm = sum(_sequential(*_suite_runs(rng, p, 0.0, 3))[0] == "regression" for _ in range(200))
+    assert false_alarm <= 10, false_alarm
+
+
+def test_sequential_runs_stop_at_the_first_look_on_a_suite_like_the_real_one():
+    """SYNTHETIC, shaped like LAB:04-9c2470-gfiwe (52 tasks, most of them always wrong or always
+    right at T=0.7, 7% of pairs discordant): with no effect, 2 runs decide "within tolerance"
+    in >= 90% of 200 replications, so the third run is not paid for."""
+    rng = np.random.default_rng(11)
+    p = np.concatenate([np.full(30, 0.02), np.full(8, 0.9), rng.uniform(0.2, 0.8, 14)])
+    out = [_sequential(*_suite_runs(rng, p, 0.0, 3, common=0.6)) for _ in range(200)]  # ~7.5% discordant
+    assert sum(a == "within tolerance" and n == 2 for a, n in out) >= 180
+    assert qc.run_passes(3, 2) == [[0, 1], [2]] and qc.look_level([[0, 1], [2]]) == 0.975
+    assert qc.run_passes(3, None) == [[0, 1, 2]] and qc.look_level([[0, 1, 2]]) is None
+
+
+@pytest.mark.slow  # tool-suite runs on the real engine, off and on
+def test_sequential_sampled_runs_are_the_runs_a_fixed_plan_makes(engine):
+    """Run r is seeded as always: two sampled runs measured one pass at a time (a look between)
+    give the outputs of the same two runs measured in one pass; a tolerance that decides at
+    the first look stops there, and says so."""
+    tasks = toolsuite.load_tasks()[:2]
+    kw = {"drafters": {"ngram": NgramDrafter()}, "k": 2, "temperature": 0.7, "seed": 3}
+    fixed = qc.control(engine, tasks, runs=2, **kw)
+    seq = qc.control(engine, tasks, runs=2, min_runs=1, tolerance_pts=0.0, **kw)  # 2 tasks: undecided at 1 run
+    assert fixed["looks"].empty and fixed["stopped"] is None and fixed["runs"] == 2
+    assert seq["runs"] == 2 and len(seq["looks"]) == 2 and not seq["looks"]["decided"].iloc[0]
+    cols = ["task", "run", "mode", "output_off", "output_on"]
+    assert seq["task_pairs"][cols].equals(fixed["task_pairs"][cols])
+    early = qc.control(engine, tasks, runs=2, min_runs=1, tolerance_pts=100.0, **kw)  # decided at once
+    assert early["runs"] == 1 and early["max_runs"] == 2 and "after 1 of up to 2" in early["stopped"]
+    assert early["looks"]["answer"].tolist() == ["within tolerance"]
+    assert early["scores"]["run"].max() == 0 and len(early["scores"]) == 4  # greedy off/on, one sampled off/on

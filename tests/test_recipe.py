@@ -46,6 +46,7 @@ def test_unknown_key_is_named_with_a_suggestion(tmp_path):
         ("engine: vllm", "unknown engine"),
         ("model_sha256: abc", "not a sha256"),
         ("runs: 0", "runs = 0"),
+        ("toolsuite_min_runs: 0", "toolsuite_min_runs = 0: the first look needs a sampled run"),
         ("- just\n- a list", "mapping"),
         ("name: [unclosed", "not valid YAML"),
     ],
@@ -65,6 +66,11 @@ def test_hash_tracks_fields_not_formatting(tmp_path):
     b.write_text("# a comment\nk:   [0, 3]\nname: x\n")
     assert rc.load(a).hash == rc.load(b).hash
     b.write_text("name: x\nk: [0, 4]\n")
+    assert rc.load(a).hash != rc.load(b).hash
+    # a field added later, at its default, leaves the hash as it was; another value changes it
+    b.write_text("name: x\nk: [0, 3]\ntoolsuite_min_runs: 2\n")
+    assert rc.load(a).hash == rc.load(b).hash
+    b.write_text("name: x\nk: [0, 3]\ntoolsuite_min_runs: 3\n")
     assert rc.load(a).hash != rc.load(b).hash
 
 

@@ -37,7 +37,8 @@ from labkit.suites.workloads import load_workload
 # at the first losing step)
 # the full grid without the A/A arm: the resume mechanics, not the verdicts, are under test here
 # (the A/A arm is an arm like any other: same keys, same journal)
-TINY = {"k": [0, 2], "workloads": ["edit"], "prompts_per_workload": 2, "runs": 1, "max_tokens": 16,
+# 3 prompts x (the cold plain run + one warm round of 2 arms) = 9 arms
+TINY = {"k": [0, 2], "workloads": ["edit"], "prompts_per_workload": 3, "runs": 1, "max_tokens": 16,
         "drafters": ["ngram"], "temperatures": [0.0], "protocol": "full", "aa_control": False}
 ARM = ["prompt", "temperature", "run", "drafter", "k"]  # what identifies an arm in the sweep-runs table
 SRC = Path(labkit.__file__).resolve().parents[1]
@@ -75,9 +76,10 @@ def test_k_sweep_skips_journaled_arms_and_keeps_the_order(engine):
     kw = {"drafters": {"ngram": NgramDrafter()}, "ks": [0, 2], "runs": 1, "max_tokens": 12}
     full = Collect()
     rows = sweep.k_sweep(engine, prompts, on_arm=full, **kw)
-    assert full.keys == full.planned and len(full.keys) == len(set(full.keys)) == len(rows) == 8
+    # per prompt: the cold run (plain, once), then the warm round's two arms
+    assert full.keys == full.planned and len(full.keys) == len(set(full.keys)) == len(rows) == 6
     assert (rows["origin"] == "here").all()
-    # resume after the first 3 arms: only the other 5 are measured, in the same order
+    # resume after the first 3 arms: only the other 3 are measured, in the same order
     done = {k: full.rows[k] for k in full.keys[:3]}
     rest = Collect()
     resumed = sweep.k_sweep(engine, prompts, on_arm=rest, skip=done, **kw)
@@ -92,7 +94,7 @@ def test_power_runs_resume(engine):
     prompts = load_workload("edit", limit=1)
     full = Collect()
     rows = energy.power_runs(engine, prompts, drafter=NgramDrafter(), k=2, runs=1, max_tokens=12, on_arm=full)
-    assert full.keys == full.planned and len(full.keys) == 4
+    assert full.keys == full.planned and len(full.keys) == 3  # the warm-up (plain), then plain and k=2
     rest = Collect()
     again = energy.power_runs(engine, prompts, drafter=NgramDrafter(), k=2, runs=1, max_tokens=12, on_arm=rest,
                               skip={k: full.rows[k] for k in full.keys[:2]})
@@ -244,7 +246,7 @@ def baseline(store):
     c = tracking.client()
     run = c.get_run(s["results"][0]["run_id"])
     t = run.data.tags
-    assert t["arms.done"] == t["arms.planned"] and t["arms.sweep.done"] == t["arms.sweep.planned"] == "8"
+    assert t["arms.done"] == t["arms.planned"] and t["arms.sweep.done"] == t["arms.sweep.planned"] == "9"
     return _table(c, run, "sweep-runs")
 
 
@@ -283,7 +285,7 @@ def _check_kept(c, run, measured: set[str], inherited: set[str]) -> None:
     in_store = {a.path.rsplit("/", 1)[-1][: -len(".json")] for a in c.list_artifacts(run.info.run_id, "arms/sweep")}
     # an arm goes to the local journal first: only one being written at the kill may be missing from MLflow
     assert in_store <= set(kept) and len(set(kept) - in_store) <= 1
-    assert 0 < len(kept) < int(run.data.tags["arms.sweep.planned"]) == 8, "interrupted in the sweep"
+    assert 0 < len(kept) < int(run.data.tags["arms.sweep.planned"]) == 9, "interrupted in the sweep"
 
 
 @pytest.mark.slow  # papermill sweep, interrupted
@@ -296,7 +298,7 @@ def test_sigint_keeps_every_completed_arm(chain):
     measured = _measured(chain["A"]["journal"])
     _check_kept(c, a, measured, set())
     shown = show(a.data.tags["lab.id"])
-    assert shown["arms"]["sweep.planned"] == "8" and int(shown["arms"]["sweep.done"]) >= len(measured) - 1
+    assert shown["arms"]["sweep.planned"] == "9" and int(shown["arms"]["sweep.done"]) >= len(measured) - 1
 
 
 @pytest.mark.slow  # papermill sweep, interrupted
@@ -337,7 +339,7 @@ def test_resumed_run_equals_an_uninterrupted_one(chain, baseline, store):
     new = runs["D"]
     tags = new.data.tags
     assert tags["resume.from"] == runs["C"].data.tags["lab.id"] and summary["results"][0]["resumed_from"]
-    assert tags["arms.sweep.done"] == tags["arms.sweep.planned"] == "8"
+    assert tags["arms.sweep.done"] == tags["arms.sweep.planned"] == "9"
     table = _table(c, new, "sweep-runs")
     # the same arm set as an uninterrupted run, each arm once, and the same greedy generations
     assert sorted(map(tuple, table[ARM].values.tolist())) == sorted(map(tuple, baseline[ARM].values.tolist()))
@@ -346,7 +348,7 @@ def test_resumed_run_equals_an_uninterrupted_one(chain, baseline, store):
     assert (merged["tokens"] == merged["tokens_base"]).all() and (merged["accepted"] == merged["accepted_base"]).all()
     # each arm measured exactly once across the chain, and its origin is the run that measured it
     measured = {name: _measured(store / name / "02_k_sweep.cells.jsonl") for name in "ABCD"}
-    assert sum(len(m) for m in measured.values()) == 8 and set().union(*measured.values()) == set(
+    assert sum(len(m) for m in measured.values()) == 9 and set().union(*measured.values()) == set(
         arm_journal.read_arms(c, new, "sweep"))
     keys = {tuple(r[a] for a in ARM): r for r in table.to_dict("records")}
     for name, ms in measured.items():

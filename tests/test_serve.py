@@ -135,6 +135,32 @@ def _labkit(*args, check=True):
     return p
 
 
+@pytest.mark.slow  # llama-server
+def test_slots_are_erased_between_arms_and_every_process_is_stopped(server_binary, embedded, prompts, tmp_path):
+    """The grid keeps one server per arm configuration; erasing its slots leaves no cached
+    cell (what a fresh server has), and a server without --slot-save-path refuses with the fix."""
+    port = serve.free_port()
+    with serve.Server(server_binary, _args(str(embedded.path), port, c=2, slot_save_path=str(tmp_path)),
+                      port=port) as srv:
+        serve.drive(srv, [prompts[0], prompts[1]], c=2, max_tokens=8)
+        assert srv.erase_slots(2) >= len(prompts[0]) + len(prompts[1])  # both requests' cells were held
+        assert srv.erase_slots(2) == 0
+    port = serve.free_port()
+    with serve.Server(server_binary, _args(str(embedded.path), port), port=port) as srv:
+        with pytest.raises(serve.ServerError) as e:
+            srv.erase_slots(1)
+    assert "--slot-save-path" in e.value.fix
+
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    res = serve.bench_serve(server_binary, str(embedded.path), prompts, cs=[1, 2], ks=[0, 2], n_ctx_per_slot=512,
+                            max_tokens=8, control=True)
+    assert "(3)" in res["servers"] and "-np 2" in res["servers"]  # plain, k=2, and the A/A's own process
+    left = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert not left, f"llama-server processes left running: {left}"
+
+
 def test_the_draft_length_reaches_ngram_simple():
     """llama-server's ngram-simple drafts its m-gram size (default 48), whatever --spec-draft-n-max says:
     the k of an arm must be passed as --spec-ngram-simple-size-m too."""

@@ -26,7 +26,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter", default=None, choices=drafters.names(),
                    help="for --spec on (default: the recipe's first drafter)")
     p.add_argument("--k", type=int, default=None, help="draft length (default: recipe toolsuite_k)")
-    p.add_argument("--runs", type=int, default=None, help="runs (default: recipe toolsuite_runs)")
+    p.add_argument("--runs", type=int, default=None,
+                   help="exactly this many runs (default: the recipe's toolsuite_min_runs, then more while "
+                        "undecided, up to toolsuite_runs)")
     p.add_argument("--temperature", type=float, default=None,
                    help="0 = greedy (default for --spec on/off); --spec both uses it for the sampled runs")
     p.add_argument("--tasks", type=int, default=None, help="only the first N tasks (quick checks)")
@@ -51,10 +53,12 @@ def main(argv=None) -> int:
         drafters = {n: runtime.make_drafter(n, r, engine) for n in names} if args.spec != "off" else {}
         if args.spec == "both":
             temp = r.toolsuite_temperature if args.temperature is None else args.temperature
+            # --runs N: exactly N sampled runs; else the recipe's, stopping when the answer is known
             res = qc.control(engine, tasks, drafters=drafters, k=k, runs=runs, temperature=temp, seed=r.seed,
-                             progress=progress)
+                             progress=progress, min_runs=r.toolsuite_min_runs if args.runs is None else None)
             out = {"verdicts": res["verdicts"], "scores": res["scores"].to_dict("records"),
-                   "greedy_divergences": res["divergences"].to_dict("records")}
+                   "greedy_divergences": res["divergences"].to_dict("records"), "runs": res["runs"],
+                   "looks": res["looks"].to_dict("records"), "stopped": res["stopped"]}
         else:
             temp = args.temperature or 0.0
             name, d = next(iter(drafters.items())) if drafters else ("none", None)

@@ -55,7 +55,10 @@ class Recipe:
     verify_m: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 7, 8])
     verify_rounds: int = 48
     cost_models: list[str] = field(default_factory=lambda: ["synthetic-dense", "synthetic-moe"])
-    toolsuite_runs: int = 3
+    toolsuite_runs: int = 3  # sampled runs at most (each over the whole suite, off and on)
+    # sampled runs first; then one more at a time while the paired difference is undecided
+    # against the tolerance (qc.control's looks); None: exactly toolsuite_runs
+    toolsuite_min_runs: int | None = 2
     toolsuite_k: int = 3
     toolsuite_temperature: float = 0.7
     toolsuite_tasks: int | None = None  # None: the whole suite; N: the first N tasks (quick runs)
@@ -129,8 +132,9 @@ class Recipe:
 
     RUN_CONTROL_FIELDS = ("cell_timeout_s", "run_timeout_s", "max_busy")
     POLICY_FIELDS = ("policy", "policy_k_max", "policy_verify", "policy_verify_rounds")
-    # the cross-check's settings at their defaults leave a recipe's hash as it was before them
-    CROSSCHECK_DEFAULTS = {"crosscheck_rounds": 5, "crosscheck_tolerance": 0.10}
+    # fields added later leave a recipe's hash as it was before them while at their defaults
+    # (01's cross-check; the tool suite's sequential runs)
+    LATER_DEFAULTS = {"crosscheck_rounds": 5, "crosscheck_tolerance": 0.10, "toolsuite_min_runs": 2}
 
     @property
     def hash(self) -> str:
@@ -138,7 +142,7 @@ class Recipe:
         RUN_CONTROL_FIELDS), 12 hex digits."""
         d = {k: v for k, v in self.to_dict().items() if k not in self.RUN_CONTROL_FIELDS
              and not (k in self.POLICY_FIELDS and self.policy is None)  # recipes without a policy keep their hash
-             and not (k in self.CROSSCHECK_DEFAULTS and v == self.CROSSCHECK_DEFAULTS[k])}
+             and not (k in self.LATER_DEFAULTS and v == self.LATER_DEFAULTS[k])}
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -227,6 +231,10 @@ class Recipe:
             bad(f"concurrency = {self.concurrency}", "list the concurrent streams to measure, e.g. [1, 2, 4, 8]")
         if self.production_concurrency < 1:
             bad(f"production_concurrency = {self.production_concurrency}", "use the c you serve, >= 1 (e.g. 4)")
+        # above toolsuite_runs it is toolsuite_runs (a quick run's `-p toolsuite_runs=1` keeps the default)
+        if self.toolsuite_min_runs is not None and self.toolsuite_min_runs < 1:
+            bad(f"toolsuite_min_runs = {self.toolsuite_min_runs}: the first look needs a sampled run",
+                "use 1 or more (2: the default), or null for exactly toolsuite_runs sampled runs")
         if self.toolsuite_tolerance_pts < 0:
             bad(f"toolsuite_tolerance_pts = {self.toolsuite_tolerance_pts} is negative",
                 "use points below the off band an on run may score, e.g. 10")

@@ -41,7 +41,8 @@ def power_runs(engine, prompts, *, drafter, k: int, runs: int = 3, max_tokens: i
                interleave: str = order.DEFAULT_POLICY, progress: Callable | None = None,
                on_arm: Callable | None = None, skip: dict | None = None, control: bool = False,
                **measure_kw) -> pd.DataFrame:
-    """k = 0 and k = ``k`` on the same prompts, interleaved, ``runs`` warm runs each after a warm-up.
+    """k = 0 and k = ``k`` on the same prompts, interleaved, ``runs`` warm runs each after a warm-up
+    (one plain window per prompt, kept as ``warmup`` rows).
 
     One arm is one (prompt, run, k) window, keyed ``prompt~round~drafter~k``; ``on_arm``
     and ``skip`` journal and resume them (see ``measure.arms``); a resumed call warms up
@@ -49,8 +50,9 @@ def power_runs(engine, prompts, *, drafter, k: int, runs: int = 3, max_tokens: i
     drafter "aa"), so plain vs plain is judged like the comparison (``compare``)."""
     name = getattr(drafter, "name", "drafter")
     arm_set = [("none", 0)] + ([(decide.AA, 0)] if control else []) + [(name, k)]
+    # the warm-up (run 0): one plain window per prompt, measured and kept apart (``warmup``)
     schedule = [(p, r, a) for p in prompts for r in range(runs + 1)
-                for a in order.arm_order(arm_set, r, policy=interleave, seed=seed)]
+                for a in (order.arm_order(arm_set, r, policy=interleave, seed=seed) if r else [("none", 0)])]
 
     def arm_key(p, r, a):
         return arms.key(p.id, f"r{r}", a[0] if (a[1] or a[0] == decide.AA) else "none", f"k{a[1]}")

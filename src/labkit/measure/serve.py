@@ -1,11 +1,16 @@
 """llama.cpp's own server, as users deploy it: c streaming clients, speculation off vs on.
 
-Per arm (c, spec type, k) a fresh ``llama-server`` (built from the wheel's own sources,
-``artifacts.server_build``) starts on 127.0.0.1 with ``-np c`` and the spec flags, is
-polled on ``/health`` until it answers ok (bounded), gets one warm-up request, and then
-c client threads send the same request queue as labkit's loop (closed loop: a client
-sends its next request when its stream ends) to ``POST /completion`` with
-``stream: true``. Prompts go as token ids (exactly labkit's, BOS included), greedy, no
+One ``llama-server`` process per arm configuration (plain; each spec k; the A/A arm's
+second plain process), built from the wheel's own sources (``artifacts.server_build``),
+starts on 127.0.0.1 with ``-np`` the largest c (as labkit's loop keeps one engine with
+that many sequences for every c) and the spec flags, is polled on ``/health`` until it
+answers ok (bounded) and gets one warm-up request. The processes stay up for the whole
+grid, so the arms interleave without paying a server start each (~2-3 s on a 2-core box,
+27 times in 07's grid); before each arm every slot is erased (``POST /slots/i?action=erase``,
+which is why ``--slot-save-path`` is set), so each arm starts from an empty cache, as a
+fresh server would. Then c client threads send the same request queue as labkit's loop
+(closed loop: a client sends its next request when its stream ends) to
+``POST /completion`` with ``stream: true``. Prompts go as token ids (exactly labkit's, BOS included), greedy, no
 prompt cache (each request prefills, as in labkit's loop). Per request: TTFT and TTLT
 from the moment it was sent, the token ids streamed back, and the server's own
 ``timings`` (``predicted_n``, ``draft_n``, ``draft_n_accepted``).
@@ -72,7 +77,8 @@ def free_port() -> int:
 
 
 def server_args(*, model: str, port: int, c: int, n_ctx_per_slot: int, threads: int, spec_type: str | None = None,
-                k: int = 0, draft_model: str | None = None, kv_unified: bool = True, ngram_n: int = 4) -> list[str]:
+                k: int = 0, draft_model: str | None = None, kv_unified: bool = True, ngram_n: int = 4,
+                slot_save_path: str | None = None) -> list[str]:
     """llama-server's flags for one arm (k = 0 or no spec type: plain).
 
     The KV layout is labkit's engine's: a full-size SWA cache and, by default, one unified
@@ -80,11 +86,14 @@ def server_args(*, model: str, port: int, c: int, n_ctx_per_slot: int, threads: 
     slot, whose equal-split micro-batches make ragged speculative batches cost several
     passes, see ``engines.llamacpp``). No prompt cache: every request prefills. ``ngram_n``:
     the n-gram lookup length of ``ngram-simple`` (labkit's n-gram drafter looks up 2..4).
+    ``slot_save_path`` enables ``POST /slots`` (``Server.erase_slots`` needs it; nothing is saved).
     """
     args = ["-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-np", str(c),
             "-c", str(n_ctx_per_slot * c), "-t", str(threads), "-tb", str(threads),
             "--swa-full", "--kv-unified" if kv_unified else "--no-kv-unified", "--cache-ram", "0", "--no-webui",
             "--metrics"]  # /metrics: llama-server's own counters, per-position acceptance among them
+    if slot_save_path:
+        args += ["--slot-save-path", str(slot_save_path)]
     if spec_type and k > 0:
         if spec_type not in SPEC_TYPES:
             raise LabkitError(f"unknown spec type {spec_type!r}", f"use one of {', '.join(SPEC_TYPES)}")
@@ -148,13 +157,36 @@ class Server:
                         "the model may be too large for this box; check the log tail")
 
     def get(self, path: str, *, timeout: float = 5.0) -> tuple[int, bytes]:
+        return self._request("GET", path, timeout=timeout)
+
+    def post(self, path: str, *, timeout: float = 5.0) -> tuple[int, bytes]:
+        return self._request("POST", path, timeout=timeout)
+
+    def _request(self, method: str, path: str, *, timeout: float) -> tuple[int, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
-            conn.request("GET", path)
+            conn.request(method, path)
             r = conn.getresponse()
             return r.status, r.read()
         finally:
             conn.close()
+
+    def erase_slots(self, n: int) -> int:
+        """Empty the KV cache of slots 0..n-1 (``POST /slots/i?action=erase``; the server must
+        run with ``--slot-save-path``); returns the cached tokens erased. An arm on a server
+        that ran arms before then starts from what a fresh server has: no cells in use."""
+        erased = 0
+        for i in range(n):
+            try:
+                status, body = self.post(f"/slots/{i}?action=erase", timeout=30.0)
+            except OSError as e:
+                raise self.fail(f"llama-server did not erase slot {i}: {e}", "read the log tail above") from None
+            if status != 200:
+                raise self.fail(f"llama-server refused to erase slot {i} (HTTP {status}: "
+                                f"{body[:200].decode(errors='replace')})",
+                                "start it with --slot-save-path (server_args(slot_save_path=...))")
+            erased += int(json.loads(body).get("n_erased", 0))
+        return erased
 
     def stop(self) -> None:
         """Stop the server's whole process group: SIGTERM, then SIGKILL after 5 s."""
@@ -330,37 +362,51 @@ def bench_serve(
     arms = [(c, k) for c in cs for k in ks] + ([(c, AA_ARM) for c in cs] if control else [])
     results: dict[tuple, list] = {a: [] for a in arms}
     outputs: dict[tuple, list] = {a: [] for a in arms}
-    for r in range(runs):
-        for c, k in order.arm_order(arms, r, policy=interleave, seed=seed):
+    n_slots = max(cs)
+    servers: dict[int, Server] = {}  # one process per arm configuration (k; AA_ARM: the A/A's own plain process)
+
+    def server_for(k: int, slots_dir: str) -> Server:
+        if k not in servers:
             port = free_port()
-            args = server_args(model=model, port=port, c=c, n_ctx_per_slot=n_ctx_per_slot, threads=threads,
-                               spec_type=spec_type, k=max(k, 0), draft_model=draft_model, kv_unified=kv_unified)
-            srv = Server(binary, args, port=port, health_timeout_s=health_timeout_s)
+            args = server_args(model=model, port=port, c=n_slots, n_ctx_per_slot=n_ctx_per_slot, threads=threads,
+                               spec_type=spec_type, k=max(k, 0), draft_model=draft_model, kv_unified=kv_unified,
+                               slot_save_path=slots_dir)
+            srv = servers[k] = Server(binary, args, port=port, health_timeout_s=health_timeout_s)
+            srv.start()
             try:
-                with srv:
+                stream_completion(port, reqs[0], max_tokens=8)  # warm-up, not recorded
+            except (OSError, _HTTPError, http.client.HTTPException, ValueError) as e:
+                raise srv.fail(f"llama-server's warm-up request failed: {e}", "read the log tail above") from None
+        return servers[k]
+
+    with tempfile.TemporaryDirectory(prefix="labkit-slots-") as slots_dir:
+        try:
+            for r in range(runs):
+                for c, k in order.arm_order(arms, r, policy=interleave, seed=seed):
                     try:
-                        stream_completion(port, reqs[0], max_tokens=8)  # warm-up, not recorded
-                    except (OSError, _HTTPError, http.client.HTTPException, ValueError) as e:
-                        raise srv.fail(f"llama-server's warm-up request failed: {e}",
-                                       "read the log tail above") from None
-                    before = spec_metrics(srv)
-                    kept = drive(srv, reqs, c=c, max_tokens=max_tokens, deadline_s=deadline_s)
-                    counters = metrics_delta(before, spec_metrics(srv))
-            except ServerError as e:
-                # what the finished arms measured travels with the error
-                e.partial = {f"c{a[0]}_k{a[1]}": v for a, v in results.items() if v}
-                e.arm = {"c": c, "k": k, "round": r}
-                raise
-            finally:
+                        srv = server_for(k, slots_dir)
+                        srv.erase_slots(n_slots)
+                        before = spec_metrics(srv)
+                        kept = drive(srv, reqs, c=c, max_tokens=max_tokens, deadline_s=deadline_s)
+                        counters = metrics_delta(before, spec_metrics(srv))
+                    except ServerError as e:
+                        # what the finished arms measured travels with the error
+                        e.partial = {f"c{a[0]}_k{a[1]}": v for a, v in results.items() if v}
+                        e.arm = {"c": c, "k": k, "round": r}
+                        raise
+                    s = {**arm_stats(kept), "server_draft_steps": counters.get("drafts"),
+                         "server_accepted_per_pos": counters.get("per_pos"),
+                         "server_draft_tokens": counters.get("draft_tokens"), "server_accepted": counters.get("accepted")}
+                    results[(c, k)].append(s)
+                    outputs[(c, k)].append({x["request"]: x["tokens"] for x in kept})
+                    if progress:
+                        arm = "A/A (plain again)" if k == AA_ARM else f"k={k}"
+                        progress(f"llama-server round {r + 1}/{runs} c={c} {arm}: {s['agg_tok_s'] or 0:.1f} tok/s "
+                                 "aggregate")
+        finally:
+            for srv in servers.values():
+                srv.stop()
                 srv.cleanup()
-            s = {**arm_stats(kept), "server_draft_steps": counters.get("drafts"),
-                 "server_accepted_per_pos": counters.get("per_pos"),
-                 "server_draft_tokens": counters.get("draft_tokens"), "server_accepted": counters.get("accepted")}
-            results[(c, k)].append(s)
-            outputs[(c, k)].append({x["request"]: x["tokens"] for x in kept})
-            if progress:
-                arm = "A/A (plain again)" if k == AA_ARM else f"k={k}"
-                progress(f"llama-server round {r + 1}/{runs} c={c} {arm}: {s['agg_tok_s'] or 0:.1f} tok/s aggregate")
     rows = [_row(c, k, results[(c, k)], spec_type) for c, k in arms]
     base = {c: next(r for r in rows if r["c"] == c and r["k"] == min(ks) and r["drafter"] != AA) for c in cs}
     for row in rows:
@@ -369,6 +415,8 @@ def bench_serve(
     return {"kind": "serve", "engine": "llama-server", "binary": binary, "cs": cs, "ks": ks, "spec_type": spec_type,
             "runs": runs, "requests": n, "max_tokens": max_tokens, "threads": threads, "kv_unified": kv_unified,
             "interleave": order.describe(interleave, seed), "rows": rows,
+            "servers": (f"one llama-server process per arm configuration ({len(servers)}), -np {n_slots} "
+                        "for every c, all slots erased before each arm"),
             "outputs": {f"c{c}_k{k}": v for (c, k), v in outputs.items() if k != AA_ARM},
             "request_prompts": [i % len(prompts) for i in range(n)]}
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,11 +86,14 @@ def run_blocks(engine, tasks, blocks: list[Block], *, max_tokens: int = toolsuit
              "prompts": prompts} for a in acc]
 
 
-def control_plan(drafters: dict, *, k: int, runs: int, temperature: float, seed: int) -> list[tuple[tuple, Block]]:
+def control_plan(drafters: dict, *, k: int, runs: int | Sequence[int], temperature: float, seed: int,
+                 greedy: bool = True) -> list[tuple[tuple, Block]]:
     """``control``'s suite runs in order, each as ((temperature, drafter name or None, run), Block):
-    greedy off, greedy on per drafter, then ``runs`` sampled runs off, then on per drafter."""
-    plan = ([(0.0, None, 0)] + [(0.0, n, 0) for n in drafters] + [(temperature, None, r) for r in range(runs)]
-            + [(temperature, n, r) for n in drafters for r in range(runs)])
+    greedy off, greedy on per drafter (``greedy``), then the sampled runs off, then on per
+    drafter. ``runs``: how many sampled runs (0..runs-1), or which run numbers."""
+    rs = list(range(runs)) if isinstance(runs, int) else list(runs)
+    plan = (([(0.0, None, 0)] + [(0.0, n, 0) for n in drafters] if greedy else [])
+            + [(temperature, None, r) for r in rs] + [(temperature, n, r) for n in drafters for r in rs])
     return [((temp, n, r), Block(drafters[n] if n else None, k if n else 0, temp, run_seed(seed, temp, r)))
             for temp, n, r in plan]
 
@@ -183,7 +186,8 @@ def verdict(off_scores: list[float], on_scores: list[float], *,
             "off_band": [lo, hi], "on_median": med, "on_range": [worst, max(on_scores)]}
 
 
-def paired_test(off: pd.DataFrame, on: pd.DataFrame, *, n_boot: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> dict:
+def paired_test(off: pd.DataFrame, on: pd.DataFrame, *, n_boot: int = BOOTSTRAP_SAMPLES, seed: int = 0,
+                confidence: float = 0.95) -> dict:
     """On vs off task by task: frames with columns task, run, correct, paired on (task, run).
 
     ``lost``/``gained``: pairs correct off but not on / on but not off. ``mcnemar_p``: the
@@ -203,9 +207,35 @@ def paired_test(off: pd.DataFrame, on: pd.DataFrame, *, n_boot: int = BOOTSTRAP_
     per_task = (b.astype(float) - a.astype(float)).groupby(m["task"]).mean().to_numpy()
     rng = np.random.default_rng(seed)
     boot = per_task[rng.integers(0, len(per_task), (n_boot, len(per_task)))].mean(axis=1)
+    tail = 100 * (1 - confidence) / 2
     return {"pairs": len(m), "tasks": len(per_task), "lost": lost, "gained": gained, "mcnemar_p": p,
-            "diff_pts": 100 * float(per_task.mean()), "ci_low_pts": 100 * float(np.percentile(boot, 2.5)),
-            "ci_high_pts": 100 * float(np.percentile(boot, 97.5)), "n_boot": n_boot}
+            "diff_pts": 100 * float(per_task.mean()), "ci_low_pts": 100 * float(np.percentile(boot, tail)),
+            "ci_high_pts": 100 * float(np.percentile(boot, 100 - tail)), "n_boot": n_boot, "confidence": confidence}
+
+
+def run_passes(runs: int, min_runs: int | None) -> list[list[int]]:
+    """The sampled runs of each pass over the suite: ``min_runs`` first, then one at a time
+    up to ``runs`` (None: all ``runs`` in one pass)."""
+    m = runs if min_runs is None else max(1, min(int(min_runs), runs))
+    return [list(range(m))] + [[r] for r in range(m, runs)]
+
+
+def look_level(passes: list[list[int]], alpha: float = 0.05) -> float | None:
+    """The confidence of each look: 1 - alpha / (planned looks), Bonferroni; None when the
+    plan has one pass (no look: the verdict is made on all runs, as without stopping)."""
+    return 1 - alpha / len(passes) if len(passes) > 1 else None
+
+
+def look(off: pd.DataFrame, on: pd.DataFrame, *, tolerance_pts: float, confidence: float, seed: int = 0) -> dict:
+    """One interim look of the sampled runs so far: the paired score difference (on minus off,
+    points) with its CI at ``confidence``; ``decided`` when the CI lies wholly above
+    -tolerance (speculation costs the suite less than the tolerance) or wholly below it (a
+    regression beyond it). Either way more runs would not change the answer at this level."""
+    t = paired_test(off, on, seed=seed, confidence=confidence)
+    above, below = t["ci_low_pts"] > -tolerance_pts, t["ci_high_pts"] < -tolerance_pts
+    return {"runs": int(off["run"].nunique()), "diff_pts": t["diff_pts"], "ci_low_pts": t["ci_low_pts"],
+            "ci_high_pts": t["ci_high_pts"], "confidence": confidence, "decided": bool(above or below),
+            "answer": "within tolerance" if above else ("regression" if below else "undecided")}
 
 
 def task_pairs(off: pd.DataFrame, on: pd.DataFrame) -> pd.DataFrame:
@@ -218,46 +248,90 @@ def task_pairs(off: pd.DataFrame, on: pd.DataFrame) -> pd.DataFrame:
 
 def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature: float = 0.7, seed: int = 0,
             tolerance_pts: float = DEFAULT_TOLERANCE_PTS, progress: Callable | None = None,
-            on_arm: Callable | None = None, skip: dict | None = None) -> dict:
+            on_arm: Callable | None = None, skip: dict | None = None, min_runs: int | None = None,
+            alpha: float = 0.05) -> dict:
     """Speculation off vs on for each drafter: greedy once each (deterministic), sampled ``runs`` times.
 
     Besides the scores: ``task_pairs`` (every task's output off vs on, per drafter,
     temperature and run) and ``paired`` (the paired test per drafter and temperature).
     The suite runs (blocks: greedy off, greedy on per drafter, then the sampled runs off
-    and on) go task by task (``run_blocks``: each prompt computed once for all blocks), so
-    one arm is one task with all its blocks, keyed ``taskset~task~T~drafters~runs~k``;
-    ``on_arm`` and ``skip`` journal and resume tasks (see ``measure.arms``), each with its
-    per-block rows and step records.
+    and on) go task by task (``run_blocks``: each prompt computed once for all blocks of a
+    pass), so one arm is one task with all its blocks of one pass; ``on_arm`` and ``skip``
+    journal and resume tasks (see ``measure.arms``), each with its per-block rows and step
+    records.
+
+    Measured until the answer is known: ``min_runs`` (< ``runs``) sampled runs first, then
+    one more over the whole suite at a time while some drafter's paired difference is
+    undecided (``look``: its CI neither wholly above nor wholly below -tolerance), up to
+    ``runs``. Each look's CI is at 1 - alpha / (planned looks), Bonferroni over the looks
+    the plan allows, so stopping at the first decided look keeps the error rate at most
+    alpha. Sampled run r is seeded as it always was, so a run measured is the same run
+    whether or not the plan stopped early. ``min_runs`` None: exactly ``runs``.
     """
     say = progress or (lambda _m: None)
+    passes = run_passes(runs, min_runs)
+    level = look_level(passes, alpha)
     taskset = "ts" + hashlib.sha256(",".join(t.id for t in tasks).encode()).hexdigest()[:8]
-    plan, blocks = zip(*control_plan(drafters, k=k, runs=runs, temperature=temperature, seed=seed))
-    blocks = list(blocks)
     tag = "+".join(drafters) or "none"
 
-    def task_key(task):
-        return arms.key(taskset, task.id, f"T{temperature:g}", tag, f"r{runs}", f"k{k}")
+    def task_key(task, i):
+        rs = passes[i]
+        part = f"r{runs}" if len(passes) == 1 else f"r{rs[0]}-{rs[-1]}of{runs}"
+        return arms.key(taskset, task.id, f"T{temperature:g}", tag, part, f"k{k}")
 
-    arms.plan(on_arm, [task_key(t) for t in tasks])
+    plan: list[tuple] = []
+    results: list[dict] = []
+    looks: list[dict] = []
+    stopped = None
+    for i, rs in enumerate(passes):
+        pass_plan, blocks = zip(*control_plan(drafters, k=k, runs=rs, temperature=temperature, seed=seed,
+                                              greedy=i == 0))
+        blocks = list(blocks)
+        n_blocks = len(blocks)
+        arms.plan(on_arm, [task_key(t, i) for t in tasks])
 
-    def finished(task, got):
-        row = {"task": task.id, "category": task.category, "blocks": len(got),
-               "_rows": [r for r, _ in got]}
-        arms.finished(on_arm, task_key(task), row, {f"b{i}": recs for i, (_, recs) in enumerate(got)})
+        def finished(task, got, i=i):
+            row = {"task": task.id, "category": task.category, "blocks": len(got), "_rows": [r for r, _ in got]}
+            arms.finished(on_arm, task_key(task, i), row, {f"b{j}": recs for j, (_, recs) in enumerate(got)})
 
-    def restored(task):
-        got = arms.restored(skip, task_key(task))
-        if got is None:
-            return None
-        row, recs = got
-        rows = row.get("_rows") or []
-        if len(rows) != len(blocks) or not isinstance(recs, dict):
-            return None  # journaled by a different plan: measure it again
-        return [(r, recs.get(f"b{i}")) for i, r in enumerate(rows)]
+        def restored(task, i=i, n=n_blocks):
+            got = arms.restored(skip, task_key(task, i))
+            if got is None:
+                return None
+            row, recs = got
+            rows = row.get("_rows") or []
+            if len(rows) != n or not isinstance(recs, dict):
+                return None  # journaled by a different plan: measure it again
+            return [(r, recs.get(f"b{j}")) for j, r in enumerate(rows)]
 
-    say(f"tool suite: {len(tasks)} tasks x {len(blocks)} runs (greedy off/on, T={temperature:g} off/on x {runs}), "
-        "task by task")
-    results = run_blocks(engine, tasks, blocks, on_task=finished, done=restored)
+        what = (f"greedy off/on, T={temperature:g} off/on x {len(rs)}" if i == 0 else
+                f"T={temperature:g} off/on, sampled run {rs[0] + 1} of up to {runs}")
+        say(f"tool suite: {len(tasks)} tasks x {len(blocks)} runs ({what}), task by task")
+        plan += list(pass_plan)
+        results += run_blocks(engine, tasks, blocks, on_task=finished, done=restored)
+        if level is None or not drafters or not rs:
+            continue
+        done_runs = rs[-1] + 1
+        look_rows = []
+        for name in drafters:
+            o = pd.concat([res["rows"].assign(run=r) for (t, n, r), res in zip(plan, results)
+                           if t > 0 and n is None], ignore_index=True)
+            on = pd.concat([res["rows"].assign(run=r) for (t, n, r), res in zip(plan, results)
+                            if t > 0 and n == name], ignore_index=True)
+            look_rows.append({"drafter": name, **look(o, on, tolerance_pts=tolerance_pts, confidence=level,
+                                                      seed=seed)})
+        looks += look_rows
+        undecided = [x["drafter"] for x in look_rows if not x["decided"]]
+        say(f"tool suite after {done_runs} sampled run(s): " + "; ".join(
+            f"{x['drafter']} {x['diff_pts']:+.1f} points ({x['confidence']:.1%} CI {x['ci_low_pts']:+.1f} to "
+            f"{x['ci_high_pts']:+.1f}), {x['answer']}" for x in look_rows))
+        if not undecided and done_runs < runs:
+            stopped = (f"after {done_runs} of up to {runs} sampled runs: every drafter's paired difference "
+                       f"is decided against -{tolerance_pts:g} points at {level:.1%} (Bonferroni over "
+                       f"{len(passes)} looks)")
+            say(f"tool suite: stop {stopped}")
+            break
+    runs = max([r for (t, _n, r) in plan if t > 0], default=-1) + 1  # the sampled runs measured
 
     def block(i):
         temp, name, r = plan[i]
@@ -271,13 +345,14 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
         row["decode_tok_s"] = float(res["rows"]["decode_tok_s"].median())
         return res, row
 
+    # the table in the canonical order (greedy off, greedy on per drafter, sampled off, then on per drafter)
+    where = {key: i for i, key in enumerate(plan)}
     table, divs, verdicts = [], [], {}
-    at = iter(range(len(plan)))
-    off, row = block(next(at))
+    off, row = block(where[(0.0, None, 0)])
     table.append(row)
     per_run: dict = {("none", "greedy"): [off["rows"].assign(run=0)]}
     for name in drafters:
-        on, row = block(next(at))
+        on, row = block(where[(0.0, name, 0)])
         table.append(row)
         per_run[(name, "greedy")] = [on["rows"].assign(run=0)]
         dv = greedy_divergences(engine, off, on)
@@ -285,14 +360,14 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
         divs.append(dv)
     sampled_off = []
     for r in range(runs):
-        res, row = block(next(at))
+        res, row = block(where[(temperature, None, r)])
         sampled_off.append(res["summary"]["score"])
         table.append(row)
         per_run.setdefault(("none", "sampled"), []).append(res["rows"].assign(run=r))
     for name in drafters:
         on_scores = []
         for r in range(runs):
-            res, row = block(next(at))
+            res, row = block(where[(temperature, name, r)])
             on_scores.append(res["summary"]["score"])
             table.append(row)
             per_run.setdefault((name, "sampled"), []).append(res["rows"].assign(run=r))
@@ -307,7 +382,8 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
                            **paired_test(o, n, seed=seed)})
     return {"scores": pd.DataFrame(table), "divergences": pd.concat(divs, ignore_index=True) if divs else
             pd.DataFrame(), "verdicts": verdicts, "greedy_off": off["summary"], "k": k,
-            "temperature": temperature, "runs": runs, "tasks": len(tasks), "tolerance_pts": tolerance_pts,
+            "temperature": temperature, "runs": runs, "max_runs": passes[-1][-1] + 1 if passes[-1] else 0,
+            "looks": pd.DataFrame(looks), "stopped": stopped, "tasks": len(tasks), "tolerance_pts": tolerance_pts,
             "task_pairs": pd.concat(pairs, ignore_index=True) if pairs else pd.DataFrame(),
             "paired": pd.DataFrame(paired)}
 
