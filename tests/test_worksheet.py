@@ -13,6 +13,7 @@ from labkit.provenance import ids, tracking
 from labkit.provenance import reproduce as rp
 from labkit.report import candidate, decision, evidence, worksheet
 from labkit.report.queries import load_table
+from labkit.suites import qc
 
 SWEEP = {"k": [0, 1, 2], "workloads": ["edit"], "prompts_per_workload": 1, "runs": 1, "max_tokens": 16,
          "drafters": ["ngram"], "temperatures": [0.0],
@@ -375,4 +376,9 @@ def test_field_sheet_cells_are_short_and_say_each_thing_once():
     regression = "regression: on 5.0% vs off band 17.3%-21.2%; worst run 12.3 points below the band (median 12.3), beyond ±10"
     assert worksheet._suite_notes(regression) == ("regression: worst run 12.3 points below the band (median 12.3), "
                                                   "beyond ±10")
+    # 04 stopped after one sampled run (decided at its first look): no band to restate or show
+    one = qc.verdict([0.192], [0.212])["verdict"]
+    assert one == "within ±10: on 21.2% vs off 19.2% (one run: no band); at or above the off run"
+    assert worksheet._suite_notes(one) == "within ±10: at or above the off run"
+    assert worksheet._sampled({"s.lo": 0.192, "s.hi": 0.192}, "s") == "; sampled 19.2%"
 

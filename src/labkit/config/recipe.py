@@ -58,7 +58,7 @@ class Recipe:
     toolsuite_runs: int = 3  # sampled runs at most (each over the whole suite, off and on)
     # sampled runs first; then one more at a time while the paired difference is undecided
     # against the tolerance (qc.control's looks); None: exactly toolsuite_runs
-    toolsuite_min_runs: int | None = 2
+    toolsuite_min_runs: int | None = 1
     toolsuite_k: int = 3
     toolsuite_temperature: float = 0.7
     toolsuite_tasks: int | None = None  # None: the whole suite; N: the first N tasks (quick runs)
@@ -134,7 +134,7 @@ class Recipe:
     POLICY_FIELDS = ("policy", "policy_k_max", "policy_verify", "policy_verify_rounds")
     # fields added later leave a recipe's hash as it was before them while at their defaults
     # (01's cross-check; the tool suite's sequential runs)
-    LATER_DEFAULTS = {"crosscheck_rounds": 5, "crosscheck_tolerance": 0.10, "toolsuite_min_runs": 2}
+    LATER_DEFAULTS = {"crosscheck_rounds": 5, "crosscheck_tolerance": 0.10, "toolsuite_min_runs": 1}
 
     @property
     def hash(self) -> str:
@@ -234,7 +234,7 @@ class Recipe:
         # above toolsuite_runs it is toolsuite_runs (a quick run's `-p toolsuite_runs=1` keeps the default)
         if self.toolsuite_min_runs is not None and self.toolsuite_min_runs < 1:
             bad(f"toolsuite_min_runs = {self.toolsuite_min_runs}: the first look needs a sampled run",
-                "use 1 or more (2: the default), or null for exactly toolsuite_runs sampled runs")
+                "use 1 or more (1: the default), or null for exactly toolsuite_runs sampled runs")
         if self.toolsuite_tolerance_pts < 0:
             bad(f"toolsuite_tolerance_pts = {self.toolsuite_tolerance_pts} is negative",
                 "use points below the off band an on run may score, e.g. 10")

@@ -218,11 +218,9 @@ def _toolsuite(tools, cand) -> tuple[bool | None, dict]:
     within = evidence.json_tag(t, "toolsuite.within_tolerance") or {}
     ran_k = t.get("toolsuite.k")
     off = m.get("toolsuite/greedy.off")
-    band = (f"; sampled {m['toolsuite/sampled.off.lo']:.1%}-{m['toolsuite/sampled.off.hi']:.1%}"
-            if "toolsuite/sampled.off.lo" in m else "")
+    band = _sampled(m, "toolsuite/sampled.off")
     on = m.get(f"toolsuite/greedy.on.{d}")
-    on_s = (f"; sampled {m[f'toolsuite/sampled.on.{d}.lo']:.1%}-{m[f'toolsuite/sampled.on.{d}.hi']:.1%}"
-            if f"toolsuite/sampled.on.{d}.lo" in m else "")
+    on_s = _sampled(m, f"toolsuite/sampled.on.{d}")
     p = m.get(f"toolsuite/mcnemar_p.{d}")
     notes = [verdicts.get(d, evidence.no_data(f"no verdict for {d}"))]
     if p is not None:
@@ -328,13 +326,21 @@ def field_sheet(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _sampled(m: dict, key: str) -> str:
+    """"; sampled lo-hi" over the sampled runs, or the one value when 04 stopped after one run."""
+    if f"{key}.lo" not in m:
+        return ""
+    lo, hi = m[f"{key}.lo"], m[f"{key}.hi"]
+    return f"; sampled {lo:.1%}" if lo == hi else f"; sampled {lo:.1%}-{hi:.1%}"
+
+
 def _suite_notes(notes: str) -> str:
     """The tool-suite verdict without its restated bands (the cell has just given both runs'
     scores): "within ±10: on 17.3%-25.0% (median 21.2%) vs off band 17.3%-21.2%; median …"
     reads "within ±10: median …"; the accounting table keeps it whole."""
     import re
 
-    return re.sub(r"^(within ±[\d.]+|regression): on [^;]*? vs off band [^;]*;\s*", r"\1: ", str(notes))
+    return re.sub(r"^(within ±[\d.]+|regression): on [^;]*? vs off (?:band )?[^;]*;\s*", r"\1: ", str(notes))
 
 
 def _compact(text: str) -> str:

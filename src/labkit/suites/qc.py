@@ -173,11 +173,12 @@ def verdict(off_scores: list[float], on_scores: list[float], *,
     within_tol = worst_below <= tolerance_pts + 1e-9  # 0.50 - 0.40 is 9.999… points in floats
     on_text = (f"on {worst:.1%}" if len(on_scores) == 1 else
                f"on {worst:.1%}-{max(on_scores):.1%} (median {med:.1%})")
-    band = f"off band {lo:.1%}-{hi:.1%}"
+    band = f"off band {lo:.1%}-{hi:.1%}" if len(off_scores) > 1 else f"off {lo:.1%} (one run: no band)"
+    where = "the measured band" if len(off_scores) > 1 else "the off run"
     if within_tol:
         text = (f"within ±{tolerance_pts:g}: {on_text} vs {band}; "
-                + ("median inside the measured band" if med >= lo else
-                   f"median {regression:.1f} points below the measured band"))
+                + (("median inside the measured band" if len(off_scores) > 1 else "at or above the off run")
+                   if med >= lo else f"median {regression:.1f} points below {where}"))
     else:
         text = (f"regression: {on_text} vs {band}; worst run {worst_below:.1f} points below the band "
                 f"(median {regression:.1f}), beyond ±{tolerance_pts:g}")
