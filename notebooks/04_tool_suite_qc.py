@@ -55,7 +55,8 @@ R = lab.recipe
 
 # %%
 cand = candidate(lab.client, R)
-print(f"tool suite at n_max = {cand['k']} ({cand['drafter']}): {cand['how']} [{cand['source']}]")
+cite = "" if str(cand["source"]) in cand["how"] else f" [{cand['source']}]"  # the protocol's cases cite it already
+print(f"tool suite at n_max = {cand['k']} ({cand['drafter']}): {cand['how']}{cite}")
 lab.client.set_tag(lab.run_id, "toolsuite.k", str(cand["k"]))
 lab.client.set_tag(lab.run_id, "toolsuite.k_source", json.dumps(cand))
 lab.client.set_tag(lab.run_id, "toolsuite.tolerance_pts", str(R.toolsuite_tolerance_pts))

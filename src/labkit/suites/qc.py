@@ -347,7 +347,9 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
         return res, row
 
     # the table in the canonical order (greedy off, greedy on per drafter, sampled off, then on per drafter)
-    where = {key: i for i, key in enumerate(plan)}
+    where: dict[tuple, int] = {}
+    for i, key in enumerate(plan):
+        where.setdefault(key, i)  # (at toolsuite_temperature 0 a sampled run's key is greedy's: the same output)
     table, divs, verdicts = [], [], {}
     off, row = block(where[(0.0, None, 0)])
     table.append(row)
