@@ -215,3 +215,12 @@ def test_sequential_sampled_runs_are_the_runs_a_fixed_plan_makes(engine):
     assert early["runs"] == 1 and early["max_runs"] == 2 and "after 1 of up to 2" in early["stopped"]
     assert early["looks"]["answer"].tolist() == ["within tolerance"]
     assert early["scores"]["run"].max() == 0 and len(early["scores"]) == 4  # greedy off/on, one sampled off/on
+
+
+@pytest.mark.slow  # tool-suite runs on the real engine
+def test_sampled_runs_at_temperature_zero_are_not_looked_at(engine):
+    """At toolsuite_temperature 0 the "sampled" runs are greedy again: one pass, every run, no look."""
+    tasks = toolsuite.load_tasks()[:1]
+    res = qc.control(engine, tasks, drafters={"ngram": NgramDrafter()}, k=2, runs=2, min_runs=1, temperature=0.0)
+    assert res["looks"].empty and res["stopped"] is None and res["runs"] == 2
+    assert len(res["scores"]) == 2 + 2 * 2 and res["verdicts"]["ngram"]["within_noise"] in (True, False)

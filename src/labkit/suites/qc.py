@@ -270,7 +270,8 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
     whether or not the plan stopped early. ``min_runs`` None: exactly ``runs``.
     """
     say = progress or (lambda _m: None)
-    passes = run_passes(runs, min_runs)
+    # at temperature 0 the "sampled" runs are greedy ones again: nothing to decide run by run
+    passes = run_passes(runs, min_runs if temperature > 0 else None)
     level = look_level(passes, alpha)
     taskset = "ts" + hashlib.sha256(",".join(t.id for t in tasks).encode()).hexdigest()[:8]
     tag = "+".join(drafters) or "none"
@@ -332,7 +333,8 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
                        f"{len(passes)} looks)")
             say(f"tool suite: stop {stopped}")
             break
-    runs = max([r for (t, _n, r) in plan if t > 0], default=-1) + 1  # the sampled runs measured
+    if temperature > 0:
+        runs = max([r for (t, _n, r) in plan if t > 0], default=-1) + 1  # the sampled runs measured
 
     def block(i):
         temp, name, r = plan[i]
