@@ -10,8 +10,8 @@ grid, so the arms interleave without paying a server start each (~2-3 s on a 2-c
 which is why ``--slot-save-path`` is set), so each arm starts from an empty cache, as a
 fresh server would. Then c client threads send the same request queue as labkit's loop
 (closed loop: a client sends its next request when its stream ends) to
-``POST /completion`` with ``stream: true``. Prompts go as token ids (exactly labkit's, BOS included), greedy, no
-prompt cache (each request prefills, as in labkit's loop). Per request: TTFT and TTLT
+``POST /completion`` with ``stream: true``. Prompts go as token ids (exactly labkit's,
+BOS included), greedy, no prompt cache (each request prefills, as in labkit's loop). Per request: TTFT and TTLT
 from the moment it was sent, the token ids streamed back, and the server's own
 ``timings`` (``predicted_n``, ``draft_n``, ``draft_n_accepted``).
 

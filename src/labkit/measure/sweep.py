@@ -102,8 +102,8 @@ def k_sweep(
     for p in prompts:
         for temp in temperatures:
             for r in range(start, runs + 1):
-                ordered = order.arm_order(arm_set, done, policy=interleave, seed=seed)
-                schedule.append((p, temp, r, ordered if r else [("none", 0)]))  # the cold run: plain, once
+                ordered = order.arm_order(arm_set, done, policy=interleave, seed=seed) if r else [("none", 0)]
+                schedule.append((p, temp, r, ordered))  # r = 0: the cold run, plain, once
                 done += 1
     arms.plan(on_arm, [arm_key(p, t, r, n, k) for p, t, r, ordered in schedule for n, k in ordered])
     rows = []

@@ -173,12 +173,13 @@ def verdict(off_scores: list[float], on_scores: list[float], *,
     within_tol = worst_below <= tolerance_pts + 1e-9  # 0.50 - 0.40 is 9.999… points in floats
     on_text = (f"on {worst:.1%}" if len(on_scores) == 1 else
                f"on {worst:.1%}-{max(on_scores):.1%} (median {med:.1%})")
-    band = f"off band {lo:.1%}-{hi:.1%}" if len(off_scores) > 1 else f"off {lo:.1%} (one run: no band)"
-    where = "the measured band" if len(off_scores) > 1 else "the off run"
+    one = len(off_scores) == 1  # 04 stopped after one sampled run: no band to speak of
+    band = f"off {lo:.1%} (one run: no band)" if one else f"off band {lo:.1%}-{hi:.1%}"
+    inside = "at or above the off run" if one else "median inside the measured band"
+    where = "the off run" if one else "the measured band"
     if within_tol:
         text = (f"within ±{tolerance_pts:g}: {on_text} vs {band}; "
-                + (("median inside the measured band" if len(off_scores) > 1 else "at or above the off run")
-                   if med >= lo else f"median {regression:.1f} points below {where}"))
+                + (inside if med >= lo else f"median {regression:.1f} points below {where}"))
     else:
         text = (f"regression: {on_text} vs {band}; worst run {worst_below:.1f} points below the band "
                 f"(median {regression:.1f}), beyond ±{tolerance_pts:g}")
@@ -314,27 +315,22 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
         if level is None or not drafters or not rs:
             continue
         done_runs = rs[-1] + 1
-        look_rows = []
-        for name in drafters:
-            o = pd.concat([res["rows"].assign(run=r) for (t, n, r), res in zip(plan, results)
-                           if t > 0 and n is None], ignore_index=True)
-            on = pd.concat([res["rows"].assign(run=r) for (t, n, r), res in zip(plan, results)
-                            if t > 0 and n == name], ignore_index=True)
-            look_rows.append({"drafter": name, **look(o, on, tolerance_pts=tolerance_pts, confidence=level,
-                                                      seed=seed)})
+        off_so_far = _sampled_rows(plan, results, None)
+        look_rows = [{"drafter": name, **look(off_so_far, _sampled_rows(plan, results, name),
+                                               tolerance_pts=tolerance_pts, confidence=level, seed=seed)}
+                     for name in drafters]
         looks += look_rows
-        undecided = [x["drafter"] for x in look_rows if not x["decided"]]
         say(f"tool suite after {done_runs} sampled run(s): " + "; ".join(
             f"{x['drafter']} {x['diff_pts']:+.1f} points ({x['confidence']:.1%} CI {x['ci_low_pts']:+.1f} to "
             f"{x['ci_high_pts']:+.1f}), {x['answer']}" for x in look_rows))
-        if not undecided and done_runs < runs:
+        if all(x["decided"] for x in look_rows) and done_runs < runs:
             stopped = (f"after {done_runs} of up to {runs} sampled runs: every drafter's paired difference "
                        f"is decided against -{tolerance_pts:g} points at {level:.1%} (Bonferroni over "
                        f"{len(passes)} looks)")
             say(f"tool suite: stop {stopped}")
             break
-    if temperature > 0:
-        runs = max([r for (t, _n, r) in plan if t > 0], default=-1) + 1  # the sampled runs measured
+    # the sampled runs measured (at temperature 0 every planned run, whatever the keys say)
+    n_runs = max([r for (t, _n, r) in plan if t > 0], default=-1) + 1 if temperature > 0 else runs
 
     def block(i):
         temp, name, r = plan[i]
@@ -364,14 +360,14 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
         dv.insert(0, "drafter", name)
         divs.append(dv)
     sampled_off = []
-    for r in range(runs):
+    for r in range(n_runs):
         res, row = block(where[(temperature, None, r)])
         sampled_off.append(res["summary"]["score"])
         table.append(row)
         per_run.setdefault(("none", "sampled"), []).append(res["rows"].assign(run=r))
     for name in drafters:
         on_scores = []
-        for r in range(runs):
+        for r in range(n_runs):
             res, row = block(where[(temperature, name, r)])
             on_scores.append(res["summary"]["score"])
             table.append(row)
@@ -379,7 +375,7 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
         verdicts[name] = verdict(sampled_off, on_scores, tolerance_pts=tolerance_pts)
     pairs, paired = [], []
     for name in drafters:
-        for mode, temp in (("greedy", 0.0), ("sampled", temperature))[: 2 if runs else 1]:
+        for mode, temp in (("greedy", 0.0), ("sampled", temperature))[: 2 if n_runs else 1]:
             o = pd.concat(per_run[("none", mode)], ignore_index=True)
             n = pd.concat(per_run[(name, mode)], ignore_index=True)
             pairs.append(task_pairs(o, n).assign(drafter=name, k=k, mode=mode, temperature=temp))
@@ -387,10 +383,16 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
                            **paired_test(o, n, seed=seed)})
     return {"scores": pd.DataFrame(table), "divergences": pd.concat(divs, ignore_index=True) if divs else
             pd.DataFrame(), "verdicts": verdicts, "greedy_off": off["summary"], "k": k,
-            "temperature": temperature, "runs": runs, "max_runs": passes[-1][-1] + 1 if passes[-1] else 0,
+            "temperature": temperature, "runs": n_runs, "max_runs": runs,
             "looks": pd.DataFrame(looks), "stopped": stopped, "tasks": len(tasks), "tolerance_pts": tolerance_pts,
             "task_pairs": pd.concat(pairs, ignore_index=True) if pairs else pd.DataFrame(),
             "paired": pd.DataFrame(paired)}
+
+
+def _sampled_rows(plan: list[tuple], results: list[dict], name: str | None) -> pd.DataFrame:
+    """Every sampled run of one arm so far (``name`` None: speculation off), rows numbered by run."""
+    return pd.concat([res["rows"].assign(run=r) for (t, n, r), res in zip(plan, results) if t > 0 and n == name],
+                     ignore_index=True)
 
 
 def _cats(res: dict) -> dict:
