@@ -55,8 +55,7 @@ R = lab.recipe
 
 # %%
 cand = candidate(lab.client, R)
-cite = "" if str(cand["source"]) in cand["how"] else f" [{cand['source']}]"  # the protocol's cases cite it already
-print(f"tool suite at n_max = {cand['k']} ({cand['drafter']}): {cand['how']}{cite}")
+print(f"tool suite at n_max = {cand['k']} ({cand['drafter']}): {cand['why']}")
 lab.client.set_tag(lab.run_id, "toolsuite.k", str(cand["k"]))
 lab.client.set_tag(lab.run_id, "toolsuite.k_source", json.dumps(cand))
 lab.client.set_tag(lab.run_id, "toolsuite.tolerance_pts", str(R.toolsuite_tolerance_pts))
@@ -79,8 +78,7 @@ if not skip:
     lab.table("toolsuite-paired", res["paired"])
     if not res["looks"].empty:  # the sequential runs: each look's paired CI, and where it stopped
         lab.table("toolsuite-looks", res["looks"], display=False)
-    lab.client.set_tag(lab.run_id, "toolsuite.runs", f"{res['runs']} of up to {res['max_runs']}"
-                       + (f" (stopped {res['stopped']})" if res["stopped"] else ""))
+    lab.client.set_tag(lab.run_id, "toolsuite.runs", qc.runs_line(res))
 
 # %%
 if not skip:

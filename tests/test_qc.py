@@ -196,6 +196,9 @@ def test_sequential_runs_stop_early_on_a_suite_like_the_real_one():
     assert qc.run_passes(3, 1) == [[0], [1], [2]] and qc.look_level([[0], [1], [2]]) == pytest.approx(1 - 0.05 / 3)
     assert qc.run_passes(3, 2) == [[0, 1], [2]] and qc.run_passes(3, None) == [[0, 1, 2]]
     assert qc.look_level([[0, 1, 2]]) is None
+    assert qc.runs_line({"runs": 1, "max_runs": 3, "stopped": "after 1 of up to 3"}) == \
+        "1 of up to 3 (stopped after 1 of up to 3)"
+    assert qc.runs_line({"runs": 3, "max_runs": 3, "stopped": None}) == "3 of up to 3"
 
 
 @pytest.mark.slow  # tool-suite runs on the real engine, off and on

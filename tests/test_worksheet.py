@@ -304,7 +304,12 @@ def test_candidate_when_the_protocol_found_no_winner_is_its_first_measured_step(
     got = candidate.candidate(None, _recipe(protocol="stepwise"), sweep=sw)
     assert (got["drafter"], got["k"]) == ("model", 1) and got["source"] == "LAB:02-aaaaaa-bbbbb/protocol-steps"
     assert "found no winning n_max" in got["how"] and "loses end-to-end: k=1 e2e 0.97x" in got["how"]
+    assert got["why"] == got["how"]  # what 04 prints: the how cites its source already, so once
     assert candidate.first_loss(None) is None and candidate.first_loss(steps.iloc[2:]) is None
+    # a how without its source gets it appended; none, nothing ("[None]" was printed before)
+    mine = candidate.candidate(None, _recipe(n_max=2))
+    assert mine["why"] == f"{mine['how']} [{mine['source']}]" and mine["source"].startswith("recipe n_max")
+    assert candidate._with_why({"how": "x", "source": None})["why"] == "x"
 
 
 def test_a_step_the_replay_decided_reads_not_measured():

@@ -48,7 +48,9 @@ def candidate(c, recipe, sweep: evidence.Sweep | None = None) -> dict:
 
 
 def _with_why(c: dict) -> dict:
-    return {**c, "why": c["how"]}  # notebooks print "why"; worksheets cite "how"
+    """Notebooks print "why" (how, then its source unless how cites it already); worksheets cite "how"."""
+    src = c.get("source")
+    return {**c, "why": c["how"] if not src or str(src) in c["how"] else f"{c['how']} [{src}]"}
 
 
 def first_loss(steps) -> dict | None:

@@ -389,6 +389,11 @@ def control(engine, tasks, *, drafters: dict, k: int, runs: int = 3, temperature
             "paired": pd.DataFrame(paired)}
 
 
+def runs_line(res: dict) -> str:
+    """How many sampled runs ``control`` measured, of how many it could, and why it stopped."""
+    return f"{res['runs']} of up to {res['max_runs']}" + (f" (stopped {res['stopped']})" if res["stopped"] else "")
+
+
 def _sampled_rows(plan: list[tuple], results: list[dict], name: str | None) -> pd.DataFrame:
     """Every sampled run of one arm so far (``name`` None: speculation off), rows numbered by run."""
     return pd.concat([res["rows"].assign(run=r) for (t, n, r), res in zip(plan, results) if t > 0 and n == name],
