@@ -9,6 +9,9 @@ rewritten; the same store gives the same file.
     MLFLOW_TRACKING_URI=http://host:5005 .venv/bin/python scripts/benchmarks-doc.py   # the team's store
     .venv/bin/python scripts/benchmarks-doc.py --store sqlite:///a/mlflow.db --store sqlite:///b/mlflow.db
                                                                # several stores (e.g. fresh clones), merged
+    .venv/bin/python scripts/benchmarks-doc.py --keep --store sqlite:///new/mlflow.db
+                                                               # add a new store's reproductions, keeping the
+                                                               # file's rows of stores that are gone
 
 Progress on stderr; one JSON document as the last line of stdout; exit 2 on bad input.
 """
@@ -34,6 +37,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", action="append", default=None, metavar="URI",
                    help="a tracking URI to read (repeatable: the reproductions of every store, merged by run id); "
                         "default: MLFLOW_TRACKING_URI, else ./mlflow.db")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the file's rows whose reproductions are not in the stores read, as they were "
+                        "written (a session's store is gone; its rows were generated from it)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 when the file differs from what the store gives")
     return p
@@ -49,7 +55,8 @@ def main(argv=None) -> int:
         reps.update({r["run_id"]: r for r in timings.reproductions(tracking.client(uri=s))})
     reps = sorted(reps.values(), key=lambda r: (r["start"], r["run_id"]))
     uri = ", ".join(redact(s) for s in stores)
-    block = timings.render(reps)
+    keep = timings.sections(timings.block_of(out)) if args.keep and out.exists() else None
+    block = timings.render(reps, keep=keep)
     hosts = sorted({r["host"] for r in reps})
     summary = {"out": str(out), "store": uri, "reproductions": len(reps), "hosts": hosts}
     if args.check:

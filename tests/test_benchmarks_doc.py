@@ -184,6 +184,19 @@ def test_script_writes_checks_and_reports_json(logged, tmp_path, capsys):
     assert rc == 0 and both["reproductions"] == one["reproductions"] + 1 and "box-z" in both["hosts"]
     assert err.count("reading reproductions from") == 3 and tracking.tracking_uri() == uri
     assert "box-z" in _sections(doc.read_text())
+    # --keep: the rows of stores that are gone stay as they were written; the store read
+    # regenerates its own rows (once: the kept copy of a row it regenerates is dropped)
+    full = doc.read_text()
+    rc, res, _ = run("--keep", "--store", other)
+    kept = doc.read_text()
+    assert rc == 0 and res["reproductions"] == 1
+    assert kept.replace("\n" + timings.KEPT, "") == full
+    for rid in logged["a-full"]["ids"] + logged["b-one"]["ids"] + logged["a-one"]["ids"]:
+        assert kept.count(rid) == 1
+    rc, res, _ = run("--keep", "--check", "--store", other)
+    assert rc == 0 and res["up_to_date"] is True
+    rc, res, _ = run("--check", "--store", other)  # without --keep, box-a's and box-b's rows would go
+    assert rc == 1
     # bad input, as a user meets it: exit 2, the problem and the fix on stderr, the file untouched
     doc.write_text("no markers\n")
     r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(doc)], capture_output=True, text=True, timeout=300)
@@ -216,3 +229,28 @@ def test_a_real_reproduction_is_in_the_document(store, tmp_path, monkeypatch):
     assert f"| {timings.clock(res['seconds'])} |" in row  # the notebook's own logged wall time
     assert "| FINISHED |" in row and "88 = `88_tiny`" in section
     assert Path(res["executed"]).exists()
+
+
+def test_one_table_per_cpu_when_boxes_share_a_host_label(store, monkeypatch, tmp_path):
+    """The sessions' boxes are all "vm", "AMD EPYC": the CPU's family, model and ISA
+    (``host.cpu_id``) keeps a Zen 2 box's minutes out of a Zen 3 box's table."""
+    cpuinfo = Path(__file__).parent / "fixtures" / "cpuinfo" / "epyc-family25-model1.txt"  # recorded
+    zen2 = tmp_path / "cpuinfo-23"  # constructed from it: family and model edited
+    zen2.write_text(cpuinfo.read_text().replace("cpu family\t: 25", "cpu family\t: 23")
+                    .replace("model\t\t: 1\n", "model\t\t: 49\n"))
+    c = tracking.client()
+    made = {}
+    for name, path in (("zen3", cpuinfo), ("zen2", zen2)):
+        monkeypatch.setattr(fingerprint, "CPUINFO", str(path))
+        made[name] = _reproduction(c, monkeypatch, tmp_path, host="cpu-box", h_ms=20.0,
+                                   seconds={"01_cost_fit": 30.0})
+    text = timings.render(timings.reproductions(c))
+    heads = [ln for ln in text.splitlines() if ln.startswith("### `cpu-box`")]
+    assert len(heads) == 2
+    assert any("AMD EPYC (AuthenticAMD family 25 model 1 stepping 1, AVX2)" in h for h in heads)
+    assert any("AMD EPYC (AuthenticAMD family 23 model 49 stepping 1, AVX2)" in h for h in heads)
+    sections = text.split("### `cpu-box`")[1:]
+    for name, fam in (("zen3", "family 25"), ("zen2", "family 23")):
+        sec = next(s for s in sections if fam in s.splitlines()[0])
+        assert made[name]["ids"][0] in sec
+        assert made["zen2" if name == "zen3" else "zen3"]["ids"][0] not in sec

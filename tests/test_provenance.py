@@ -367,3 +367,74 @@ def test_interactive_kernel_logs_every_cell(store, monkeypatch, tmp_path):
     assert last["status"] == "error" and "ZeroDivisionError" in last["error"]
     journal = [json.loads(x) for x in (tmp_path / "journal.jsonl").read_text().splitlines()]
     assert [j["index"] for j in journal if j["type"] == "cell"] == [1, 2, 3, 4]
+
+
+CPUINFO = Path(__file__).parent / "fixtures" / "cpuinfo" / "epyc-family25-model1.txt"  # recorded on a session box
+
+
+def _edited_cpuinfo(family: int, model: int, add_flags: str = "", drop_flags: tuple = ()) -> str:
+    """The recorded family-25 text with its family, model and flags edited (constructed: these
+    are the fields by which the sessions' "AMD EPYC" boxes differed)."""
+    out = []
+    for ln in CPUINFO.read_text().splitlines():
+        key = ln.split(":", 1)[0].strip()
+        if key == "cpu family":
+            ln = f"cpu family\t: {family}"
+        elif key == "model":
+            ln = f"model\t\t: {model}"
+        elif key == "flags":
+            ln = " ".join(f for f in ln.split() if f not in drop_flags) + (f" {add_flags}" if add_flags else "")
+        out.append(ln)
+    return "\n".join(out) + "\n"
+
+
+def test_cpu_id_tells_apart_cpus_that_share_a_model_name():
+    from labkit.provenance.fingerprint import cpu_id
+    text = CPUINFO.read_text()
+    assert "model name\t: AMD EPYC\n" in text  # all the model name says
+    assert cpu_id(text) == "AuthenticAMD family 25 model 1 stepping 1, AVX2"
+    assert cpu_id(_edited_cpuinfo(23, 49)) == "AuthenticAMD family 23 model 49 stepping 1, AVX2"
+    assert cpu_id(_edited_cpuinfo(25, 17, add_flags="avx512f avx512bw")) == \
+        "AuthenticAMD family 25 model 17 stepping 1, AVX-512"
+    assert cpu_id(_edited_cpuinfo(23, 49, drop_flags=("avx2",))).endswith(", AVX")
+    # an arm64 Linux box's /proc/cpuinfo has no family/model lines: nothing to add
+    assert cpu_id("processor\t: 0\nBogoMIPS\t: 48.00\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\n") is None
+    assert cpu_id("") is None
+
+
+def test_every_run_records_the_cpu_id_of_the_box_it_ran_on(monkeypatch, tmp_path):
+    from labkit.provenance import fingerprint, runtags
+    fake = tmp_path / "cpuinfo"
+    fake.write_text(_edited_cpuinfo(23, 49))
+    monkeypatch.setattr(fingerprint, "CPUINFO", str(fake))
+    host = fingerprint.host_info()
+    assert host["cpu"] == "AMD EPYC" and host["cpu_id"] == "AuthenticAMD family 23 model 49 stepping 1, AVX2"
+    assert runtags.flat_tags({"host": host})["host.cpu_id"] == host["cpu_id"]
+    monkeypatch.undo()
+    real = fingerprint.host_info()  # this box's own /proc/cpuinfo
+    if Path("/proc/cpuinfo").exists() and "cpu family" in Path("/proc/cpuinfo").read_text():
+        assert real["cpu_id"] and "family" in real["cpu_id"]
+
+
+def test_drift_compares_only_runs_made_on_the_same_cpu(store):
+    """Clouds name every session's box "vm" and "AMD EPYC": a run on another CPU is not the
+    previous run of this one (it would read as drift)."""
+    from labkit.provenance.drift import compare_with_previous
+    c = tracking.client()
+    exp = c.create_experiment("drift-cpu")
+    base = {"host.label": "vm", "engine.build": "b1", "recipe.effective_hash": "cpu0hash"}
+
+    starts = iter(range(1_700_000_000_000, 1_700_000_100_000, 1000))  # one after the other
+
+    def run(cpu: str, h: float) -> str:
+        r = c.create_run(exp, start_time=next(starts), tags={**base, "host.cpu_id": cpu})
+        c.log_metric(r.info.run_id, "verify/H_ms", h)
+        c.set_terminated(r.info.run_id)
+        return r.info.run_id
+
+    run("AuthenticAMD family 23 model 49 stepping 0, AVX2", 27.0)
+    zen3 = run("AuthenticAMD family 25 model 1 stepping 1, AVX2", 14.0)
+    assert compare_with_previous(c, {"run_id": zen3, "recipe_hash": "cpu0hash"}) is None
+    again = run("AuthenticAMD family 25 model 1 stepping 1, AVX2", 14.2)
+    prev = compare_with_previous(c, {"run_id": again, "recipe_hash": "cpu0hash"})
+    assert prev is not None and prev["previous_run_id"] == zen3

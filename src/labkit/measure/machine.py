@@ -188,7 +188,7 @@ def at_threads(profile: dict, n: int | None) -> dict:
 
 # -- the cache ------------------------------------------------------------------------------
 def cache_key(host: dict, build: dict) -> str:
-    ident = {k: host.get(k) for k in ("label", "cpu", "cores", "memory_bytes", "accelerator")}
+    ident = {k: host.get(k) for k in ("label", "cpu", "cpu_id", "cores", "memory_bytes", "accelerator")}
     ident["build"] = {k: build.get(k) for k in ("llama_cpp_python", "cmake_args", "system_info")}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

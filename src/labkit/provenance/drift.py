@@ -49,7 +49,9 @@ def compare_metrics(new: dict, old: dict, *, rel_tol: float = REL_TOL) -> tuple[
 
 def compare_with_previous(c, result: dict, *, rel_tol: float = REL_TOL) -> dict | None:
     """Metrics of this run vs the previous finished run of the same notebook and recipe,
-    on the same host label and engine build (a Mac run is never drift of a Linux run)."""
+    on the same host label, CPU (``host.cpu_id``: clouds give one hostname and one model
+    name to CPUs that step at different speeds) and engine build (a Mac run is never drift
+    of a Linux run)."""
     this = c.get_run(result["run_id"])
     exp = this.info.experiment_id
     prev = c.search_runs(
@@ -58,7 +60,8 @@ def compare_with_previous(c, result: dict, *, rel_tol: float = REL_TOL) -> dict 
         order_by=["attributes.start_time DESC"], max_results=50,
     )
     prev = [r for r in prev if r.info.run_id != result["run_id"] and r.info.start_time < this.info.start_time
-            and machine_of(r.data.tags) == machine_of(this.data.tags)]
+            and machine_of(r.data.tags) == machine_of(this.data.tags)
+            and r.data.tags.get("host.cpu_id") == this.data.tags.get("host.cpu_id")]
     if not prev:
         return None
     p = prev[0]

@@ -32,14 +32,35 @@ def git_info() -> dict:
     return {"commit": commit or "unknown", "dirty": bool(status) if status is not None else None}
 
 
+CPUINFO = "/proc/cpuinfo"
+
+
+def cpu_id(cpuinfo: str) -> str | None:
+    """What tells two x86 CPUs apart when their model name does not, from /proc/cpuinfo's
+    first processor: vendor, family, model, stepping and the widest vector ISA, e.g.
+    "AuthenticAMD family 25 model 1 stepping 1, AVX2". Clouds report "AMD EPYC" for Zen 2,
+    Zen 3 and Zen 4 alike, and a model steps at very different speeds on them (the ISA
+    decides which ggml kernels run). None where the text has no x86 identification."""
+    first = cpuinfo.split("\n\n", 1)[0]
+    f = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in first.splitlines()) if _}
+    if "cpu family" not in f or "model" not in f:
+        return None
+    flags = set(f.get("flags", "").split())
+    isa = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "AVX" if "avx" in flags
+           else "SSE" if flags else None)
+    ident = " ".join(x for x in (f.get("vendor_id"), f"family {f['cpu family']}", f"model {f['model']}",
+                                 f"stepping {f['stepping']}" if "stepping" in f else None) if x)
+    return ident + (f", {isa}" if isa else "")
+
+
 def host_info() -> dict:
     cpu = platform.processor() or platform.machine()
+    ident = None
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+        with open(CPUINFO) as f:
+            text = f.read()
+        cpu = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), cpu)
+        ident = cpu_id(text)
     except OSError:
         if platform.system() == "Darwin":
             try:
@@ -59,6 +80,7 @@ def host_info() -> dict:
         "label": label,
         "label_source": label_source,
         "cpu": cpu,
+        "cpu_id": ident,
         "cores": os.cpu_count(),
         "memory_bytes": mem,
         "accelerator": accelerator(),

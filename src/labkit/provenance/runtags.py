@@ -15,6 +15,7 @@ def flat_tags(prov: dict) -> dict:
         "git.commit": git.get("commit"),
         "git.dirty": git.get("dirty"),
         "host.cpu": host.get("cpu"),
+        "host.cpu_id": host.get("cpu_id"),
         "host.cores": host.get("cores"),
         "host.memory_gb": round((host.get("memory_bytes") or 0) / 2**30, 1),
         "host.os": host.get("os"),
