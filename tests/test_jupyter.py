@@ -291,7 +291,7 @@ def lab_02_then_03(server):
             time.sleep(0.5)
         page.get(url.format("02_k_sweep.ipynb"))
         browser.wait_for_text(page, "02 · k sweep", timeout=STARTUP_S)
-        figures = browser.jupyterlab_output_images(page, timeout=PAGE_S)
+        figures = browser.jupyterlab_output_images(page, at_least=2, timeout=PAGE_S)
         _shot(page, "jupyterlab-02_k_sweep-reopened")
     for s in server.api("GET", "/api/sessions"):
         server.shutdown(s)
