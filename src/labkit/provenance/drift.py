@@ -49,9 +49,8 @@ def compare_metrics(new: dict, old: dict, *, rel_tol: float = REL_TOL) -> tuple[
 
 def compare_with_previous(c, result: dict, *, rel_tol: float = REL_TOL) -> dict | None:
     """Metrics of this run vs the previous finished run of the same notebook and recipe,
-    on the same host label, CPU (``host.cpu_id``: clouds give one hostname and one model
-    name to CPUs that step at different speeds) and engine build (a Mac run is never drift
-    of a Linux run)."""
+    on the same machine (``runtags.machine_of``: host label, engine build and CPU; a Mac run
+    is never drift of a Linux run, nor a Zen 2 run of a Zen 3 one)."""
     this = c.get_run(result["run_id"])
     exp = this.info.experiment_id
     prev = c.search_runs(
@@ -60,8 +59,7 @@ def compare_with_previous(c, result: dict, *, rel_tol: float = REL_TOL) -> dict 
         order_by=["attributes.start_time DESC"], max_results=50,
     )
     prev = [r for r in prev if r.info.run_id != result["run_id"] and r.info.start_time < this.info.start_time
-            and machine_of(r.data.tags) == machine_of(this.data.tags)
-            and r.data.tags.get("host.cpu_id") == this.data.tags.get("host.cpu_id")]
+            and machine_of(r.data.tags) == machine_of(this.data.tags)]
     if not prev:
         return None
     p = prev[0]

@@ -35,10 +35,12 @@ def flat_tags(prov: dict) -> dict:
     return {k: v for k, v in t.items() if v is not None}
 
 
-def machine_of(tags: dict) -> tuple[str | None, str | None]:
-    """(host label, engine build) of a run from its tags: what "previous" and "latest" are
-    per. Runs logged before host labels existed fall back to their hostname."""
-    return tags.get("host.label") or tags.get("host.name"), tags.get("engine.build")
+def machine_of(tags: dict) -> tuple[str | None, str | None, str | None]:
+    """(host label, engine build, CPU) of a run from its tags: what "previous" and "latest"
+    are per. Runs logged before host labels existed fall back to their hostname; the CPU
+    (``host.cpu_id``) tells apart boxes that share a label and a model name (clouds call
+    Zen 2 and Zen 3 alike "AMD EPYC", on hosts all named "vm"), None for runs before it."""
+    return tags.get("host.label") or tags.get("host.name"), tags.get("engine.build"), tags.get("host.cpu_id")
 
 
 def engine_build(desc: dict) -> str | None:

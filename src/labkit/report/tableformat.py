@@ -87,13 +87,21 @@ def _numeric(df: pd.DataFrame) -> list[bool]:
     return [bool(len(df)) and all(num(str(v)) for v in df[c]) for c in df.columns]
 
 
-def to_markdown(df: pd.DataFrame, *, caption: str, legend: str | None = None) -> str:
+def markdown_lines(df: pd.DataFrame) -> list[str]:
+    """A markdown table's lines: header, separator, one line per row."""
     def row(cells) -> str:
         return "| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |"
 
-    lines = [row(df.columns), "|" + "|".join("---" for _ in df.columns) + "|", *(row(r) for r in df.itertuples(
-        index=False, name=None)), "", f"*{caption}*" + (f" — {legend}" if legend else "")]
-    return "\n".join(lines) + "\n"
+    return [row(df.columns), "|" + "|".join("---" for _ in df.columns) + "|",
+            *(row(r) for r in df.itertuples(index=False, name=None))]
+
+
+def caption_line(caption: str, legend: str | None = None) -> str:
+    return f"*{caption}*" + (f" — {legend}" if legend else "")
+
+
+def to_markdown(df: pd.DataFrame, *, caption: str, legend: str | None = None) -> str:
+    return "\n".join([*markdown_lines(df), "", caption_line(caption, legend)]) + "\n"
 
 
 # -- LaTeX ------------------------------------------------------------------------------
