@@ -62,7 +62,9 @@ fetch_sdist() {
     log "downloading the llama-cpp-python $LLAMA_VERSION sdist (its vendored llama.cpp is what gets built)"
     local tmp
     mkdir -p "$CACHE/sdist"; tmp=$(mktemp -d "$CACHE/sdist/dl.XXXXXX")
-    "$VPY" -m pip download -q --no-binary :all: --no-deps "llama-cpp-python==$LLAMA_VERSION" -d "$tmp"
+    # --no-binary names the one package: with :all:, pip also builds the sdist's build backend
+    # (scikit-build-core and its dependencies) from source to read its metadata, 8 min on 2 cores
+    "$VPY" -m pip download -q --no-binary llama-cpp-python --no-deps "llama-cpp-python==$LLAMA_VERSION" -d "$tmp"
     mv "$tmp"/llama_cpp_python-*.tar.gz "$SDIST"; rm -rf "$tmp"
 }
 

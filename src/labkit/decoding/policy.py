@@ -16,9 +16,20 @@ and for every candidate j = 0..k_max (j = 0 is a plain step):
 p_l is the conditional acceptance of draft position l predicted from the drafter's own
 evidence for *this* proposal (n-gram: match length and how often the continuation was
 seen; a draft model or MTP head: the probability it gave the token), mapped to a
-probability by a table learned online per (position, evidence bin) and shrunk towards
-the running acceptance of that position (which starts from a sweep's profile when one
-is given). At c > 1 streams one decode holds every stream's rows, so the batch is
+probability online in three stages, each shrunk towards the one before:
+
+1. per (position, evidence bin), towards the running acceptance of that position (which
+   starts from a sweep's profile when one is given);
+2. per (position, evidence bin, the stream's last drafted step: ``hot`` when all of it
+   was accepted, ``cold`` when a draft was rejected): copied spans come in runs, and
+   the same evidence is worth more inside one;
+3. a recalibration: the mean (outcome - prediction) of stage 2's predictions in the same
+   tenth, added back in proportion to its samples, so a bias the tables share (the
+   evidence says more than it is worth on this workload) is taken out.
+
+Every count fades once a cell holds ``CELL_CAP`` outcomes (``RECAL_CAP`` for stage 3),
+so the tables follow a change of workload within a few dozen steps instead of carrying
+another workload's rates. At c > 1 streams one decode holds every stream's rows, so the batch is
 priced as a whole: sum of E over streams / (V(all rows) + drafts + overheads), chosen
 by coordinate ascent over the streams' j; as V(rows) grows with the batch, a draft must
 carry more evidence to pay, so the policy drafts less.
@@ -33,7 +44,7 @@ drafters (``register(name, factory)``; a factory is
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -43,6 +54,24 @@ from labkit.errors import LabkitError
 DEFAULT_K_MAX = 8
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind a prior (a bin's centre, a position's profile)
 P_FLOOR, P_CEIL = 0.01, 0.99
+# a table cell's counts fade (scaled down) once it holds this many outcomes: the learned rates
+# follow the workload in front of the policy, not the one before it. Chosen by replaying the
+# policy on the default recipe's own prompts (greedy: a draft is accepted iff plain emits it),
+# not on the held-out sets of benchmarks/bench_policy.py
+CELL_CAP = 100.0
+RECAL_WEIGHT = 30.0  # pseudo-observations behind "no correction" in the recalibration stage
+RECAL_CAP = 200.0
+CONTEXTS = ("none", "hot", "cold")  # the stream's last drafted step: none yet, all accepted, a rejection
+
+
+def _add(cell, o: float, cap: float) -> None:
+    """Add one outcome to [sum, count], scaling the old ones down once the count reaches cap."""
+    if cell[1] >= cap:
+        f = (cap - 1.0) / cell[1]
+        cell[0] *= f
+        cell[1] *= f
+    cell[0] += o
+    cell[1] += 1.0
 
 
 def evidence_bin(ev: dict) -> tuple[str, float]:
@@ -75,6 +104,9 @@ class Choice:
     bins: list[str]  # evidence bin per proposed position
     expected: float = 1.0  # E[j]
     opt: list[float] | None = None  # optimistic acceptance the choice used (exploration); None: pred
+    raw: list[float] | None = None  # stage 2's prediction, before recalibration; None: not recalibrated
+    context: str = "none"  # the stream's last drafted step when it was assessed (CONTEXTS)
+    stream: int | None = None  # which stream (its drafter): the context is kept per stream
 
 
 class Policy:
@@ -121,9 +153,13 @@ class PricedPolicy(Policy):
     # exploration: choose with pred + explore·sd(pred) (sd of the bin's posterior), so a bin
     # that was never drafted still gets tried until its own outcomes say what it is worth
     explore: float = 1.0
+    cell_cap: float = CELL_CAP  # a cell's counts fade past this many outcomes (module docstring)
     name: str = "priced"
     _pos: np.ndarray = field(default=None, repr=False)  # (k_max, 2): accepted, tested per position
     _bins: dict = field(default_factory=dict, repr=False)  # (position, bin) -> [accepted, tested]
+    _ctx: dict = field(default_factory=dict, repr=False)  # (position, bin, context) -> [accepted, tested]
+    _recal: dict = field(default_factory=dict, repr=False)  # tenth of the raw prediction -> [sum(o - p), n]
+    _last: dict = field(default_factory=dict, repr=False)  # stream -> its context
     _ovh: list = field(default_factory=lambda: [0.0, 0.0, 0, 0], repr=False)  # o0, o1, n0, n1
     _vcache: dict = field(default_factory=dict, repr=False)  # (single|batch, rows) -> ms: V is numpy, slow per call
 
@@ -148,28 +184,49 @@ class PricedPolicy(Policy):
             start = prior
         return (acc + PRIOR_WEIGHT * start) / (n + PRIOR_WEIGHT)
 
-    def predict(self, evidence: Sequence[dict]) -> tuple[list[float], list[str]]:
-        """Predicted conditional acceptance and evidence bin per position."""
-        pred, bins = [], []
+    def _raw(self, evidence: Sequence[dict], context: str) -> tuple[list[float], list[str]]:
+        """Stages 1 and 2 (module docstring): per (position, bin), then per context."""
+        raw, bins = [], []
         for i, ev in enumerate(evidence[: self.k_max]):
             b, prior = evidence_bin(ev)
             centre = 0.5 * (prior + self._position_rate(i, prior))
             acc, n = self._bins.get((i, b), (0.0, 0.0))
             p = (acc + PRIOR_WEIGHT * centre) / (n + PRIOR_WEIGHT)
-            pred.append(float(min(P_CEIL, max(P_FLOOR, p))))
+            acc, n = self._ctx.get((i, b, context), (0.0, 0.0))
+            p = (acc + PRIOR_WEIGHT * p) / (n + PRIOR_WEIGHT)
+            raw.append(float(min(P_CEIL, max(P_FLOOR, p))))
             bins.append(b)
-        return pred, bins
+        return raw, bins
+
+    def _recalibrate(self, raw: Sequence[float]) -> list[float]:
+        """Stage 3: raw + the mean error of raw predictions in its tenth, shrunk by RECAL_WEIGHT."""
+        out = []
+        for p in raw:
+            s, n = self._recal.get(min(9, int(p * 10)), (0.0, 0.0))
+            out.append(float(min(P_CEIL, max(P_FLOOR, p + s / (n + RECAL_WEIGHT)))))
+        return out
+
+    def predict(self, evidence: Sequence[dict], context: str = "none") -> tuple[list[float], list[str]]:
+        """Predicted conditional acceptance and evidence bin per position, for a stream whose
+        last drafted step was ``context``."""
+        raw, bins = self._raw(evidence, context)
+        return self._recalibrate(raw), bins
 
     def assess(self, drafter: Drafter, draft: Draft) -> Choice:
         ev = drafter.evidence(draft)[: len(draft.tokens)]
-        pred, bins = self.predict(ev)
-        return Choice(j=0, pred=pred, bins=bins, opt=self.optimistic(pred, bins))
+        stream = id(drafter)  # one drafter per stream (the loop's, or each multi-slot stream's)
+        context = self._last.get(stream, "none")
+        raw, bins = self._raw(ev, context)
+        pred = self._recalibrate(raw)
+        return Choice(j=0, pred=pred, bins=bins, opt=self.optimistic(pred, bins, context), raw=raw,
+                      context=context, stream=stream)
 
-    def optimistic(self, pred: Sequence[float], bins: Sequence[str]) -> list[float]:
-        """pred + explore × the posterior sd of each position's bin (shrinks with its samples)."""
+    def optimistic(self, pred: Sequence[float], bins: Sequence[str], context: str = "none") -> list[float]:
+        """pred + explore × the posterior sd of each position's bin in this context (shrinks
+        with its samples)."""
         out = []
         for i, (p, b) in enumerate(zip(pred, bins, strict=True)):
-            n = self._bins.get((i, b), (0.0, 0.0))[1]
+            n = self._ctx.get((i, b, context), (0.0, 0.0))[1]
             out.append(float(min(P_CEIL, p + self.explore * np.sqrt(p * (1 - p) / (n + PRIOR_WEIGHT)))))
         return out
 
@@ -210,18 +267,20 @@ class PricedPolicy(Policy):
                 js[s] = best_j
             if not changed:
                 break
-        return [Choice(j=j, pred=c.pred, bins=c.bins, expected=float(e[j]), opt=c.opt)
-                for c, e, j in zip(choices, E, js, strict=True)]
+        return [replace(c, j=j, expected=float(e[j])) for c, e, j in zip(choices, E, js, strict=True)]
 
     # -- learning --------------------------------------------------------------------
     def observe(self, choice: Choice, outcomes: Sequence[int], *, accept_ms: float | None = None) -> None:
         for i, o in enumerate(outcomes[: choice.j]):
             if o < 0:
                 break  # not tested: after the first rejection
-            self._pos[i] += (o, 1)
-            cell = self._bins.setdefault((i, choice.bins[i]), [0.0, 0.0])
-            cell[0] += o
-            cell[1] += 1
+            _add(self._pos[i], o, self.cell_cap)
+            _add(self._bins.setdefault((i, choice.bins[i]), [0.0, 0.0]), o, self.cell_cap)
+            _add(self._ctx.setdefault((i, choice.bins[i], choice.context), [0.0, 0.0]), o, self.cell_cap)
+            if choice.raw is not None:
+                _add(self._recal.setdefault(min(9, int(choice.raw[i] * 10)), [0.0, 0.0]), o - choice.raw[i], RECAL_CAP)
+        if choice.j > 0 and choice.stream is not None:
+            self._last[choice.stream] = "hot" if all(o == 1 for o in outcomes[: choice.j]) else "cold"
         if accept_ms is not None and self.overhead is None:
             o0, o1, n0, n1 = self._ovh
             if choice.j == 0:
@@ -233,14 +292,21 @@ class PricedPolicy(Policy):
             self._ovh = [o0, o1, n0, n1]
 
     def table(self) -> list[dict]:
-        """The learned evidence -> acceptance table: one row per (position, bin)."""
+        """The learned evidence -> acceptance table: one row per (position, bin), counts as
+        they stand (faded past CELL_CAP)."""
         return [{"position": i, "bin": b, "accepted": a, "tested": n, "rate": a / n if n else None}
                 for (i, b), (a, n) in sorted(self._bins.items())]
+
+    def recalibration(self) -> list[dict]:
+        """Stage 3 as it stands: per tenth of the raw prediction, the mean error and its weight."""
+        return [{"tenth": d, "mean_error": s / n if n else None, "n": n, "correction": s / (n + RECAL_WEIGHT)}
+                for d, (s, n) in sorted(self._recal.items())]
 
     def describe(self) -> dict:
         return {"policy": self.name, "k_max": self.k_max, "drafter": self.drafter_name,
                 "H_ms": float(self.verify.H), "V_ms": [float(self.verify.V(m)) for m in range(1, self.k_max + 2)],
                 "batch_verify": self.batch_verify is not None, "explore": self.explore, "profile": list(self.profile or []),
+                "cell_cap": self.cell_cap, "recal_weight": RECAL_WEIGHT,
                 "overhead_ms": list(self.overhead) if self.overhead is not None else self._ovh[:2]}
 
 

@@ -188,7 +188,8 @@ def _sdist(cache: Path, log: Path, progress: Progress) -> Path:
     say(progress, f"downloading the llama-cpp-python {VERSION} sdist")
     d.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=d) as tmp:
-        _run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
+        # --no-binary for this package only: ":all:" also builds its build backend from source (minutes)
+        _run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", "llama-cpp-python", "--no-deps",
               f"llama-cpp-python=={VERSION}", "-d", tmp], log)
         got = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
         os.replace(got, d / got.name)
