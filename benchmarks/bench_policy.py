@@ -240,7 +240,7 @@ def main() -> None:
         "greedy_outputs_equal_plain": identical,
         "lossless": {a: not any(d["arm"] == a and not d["lossless"] for d in divergences) for a in identical},
         "divergences": divergences,
-        "policy": pol.describe(),
+        "policy": {**pol.describe(), "learned": pol.table(), "recalibration": pol.recalibration()},
         "provenance": fingerprint.collect(engine=eng),
     }
     print(json.dumps(res, default=float))

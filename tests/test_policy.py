@@ -5,6 +5,8 @@ and lossless greedy output on the real engine and model.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -137,6 +139,102 @@ def test_calibration_matches_a_known_acceptance_stream():
     bad = calibration.table(calibration.samples(stale))
     assert not bad["within"].any() and abs(bad["gap_pts"].iloc[0] + 60) < 1e-9
     assert calibration.verdict(bad).startswith("not within 5 points in 1 of 1 bins")
+
+
+class Told(Drafter):
+    """SYNTHETIC: a drafter whose evidence for the next proposal is set by the test."""
+
+    name = "told"
+
+    def __init__(self):
+        self.ev: list[dict] = []
+
+    def propose(self, history, k, *, temperature=0.0, rng=None):
+        return Draft([0] * k)
+
+    def evidence(self, draft):
+        return self.ev[: len(draft.tokens)]
+
+
+def drafted(pol, drafter, ev, truth, rng, j=None):
+    """One step: assess, choose (or force j), draw each position's outcome from truth(i, context)."""
+    drafter.ev = ev
+    c = pol.assess(drafter, drafter.propose([], len(ev)))
+    c = pol.choose(c) if j is None else replace(c, j=j)
+    out = []
+    for i in range(c.j):
+        ok = int(rng.random() < truth(i, c.context))
+        out.append(ok)
+        if not ok:
+            break
+    out += [-1] * (c.j - len(out))
+    pol.observe(c, out)
+    return c, out
+
+
+def test_a_change_of_workload_is_followed_within_a_few_cell_caps():
+    """A bin right 95% of the time for 400 steps, then 30% (a new workload): its counts fade
+    past CELL_CAP, so after 300 steps of the new workload the table says ~0.3; counting
+    every outcome for ever it would still say (400·0.95 + 300·0.3)/700 = 0.67."""
+    rng = np.random.default_rng(1)
+    pol = PricedPolicy(verify=BOX, k_max=2)
+    ev = [{"n": 3, "seen": 2, "total": 3}]
+    for truth in [0.95] * 400 + [0.3] * 300:
+        pred, bins = pol.predict(ev)  # Choice without raw: the tables alone, no recalibration
+        pol.observe(Choice(j=1, pred=pred, bins=bins), [int(rng.random() < truth)])
+    assert pol.predict(ev)[0][0] < 0.4
+    assert pol.table()[0]["tested"] == pytest.approx(CELL_CAP)
+
+
+def test_the_same_evidence_is_worth_more_inside_a_run_of_accepted_drafts():
+    """SYNTHETIC stream: one evidence bin, accepted 95% of the time right after a fully
+    accepted step (inside a copied span) and 30% after a rejection. The policy keeps the
+    stream's last drafted step and learns the bin per context: it predicts each within
+    8 points, where one rate for both would sit near their mix."""
+    rng = np.random.default_rng(2)
+    pol, d = PricedPolicy(verify=BOX, k_max=2), Told()
+    ev = [{"n": 3, "seen": 2, "total": 3}] * 2
+    for _ in range(1500):
+        drafted(pol, d, ev, lambda i, ctx: 0.95 if ctx == "hot" else 0.3, rng, j=1)
+    hot, cold = pol.predict(ev, "hot")[0][0], pol.predict(ev, "cold")[0][0]
+    assert abs(hot - 0.95) < 0.08 and abs(cold - 0.3) < 0.08, (hot, cold)
+    d.ev = ev  # and assess reads this stream's own context
+    c = pol.assess(d, d.propose([], 2))
+    assert c.context in ("hot", "cold") and c.pred[0] == pytest.approx(pol.predict(ev, c.context)[0][0])
+
+
+def test_recalibration_takes_out_a_bias_that_follows_the_evidence():
+    """SYNTHETIC: n-gram evidence that says nothing on this workload (every draft is
+    accepted half the time, whatever its support). A bin's prediction starts between its
+    support's prior and the position's rate, so strong support over-predicts and weak
+    support under-predicts until each of the many thin bins has its own outcomes; the
+    recalibration learns the error per tenth of the prediction from all bins at once,
+    so over the first 400 steps its predictions are nearer the truth."""
+
+    def mean_abs_gap(recal: bool) -> float:
+        rng = np.random.default_rng(3)
+        pol, d = PricedPolicy(verify=BOX, k_max=8), Told()
+        gaps = []
+        for _ in range(400):
+            ev = []
+            for _ in range(8):
+                total = int(rng.integers(1, 6))
+                ev.append({"n": int(rng.integers(2, 5)), "seen": int(rng.integers(0, total + 1)), "total": total})
+            d.ev = ev
+            c = replace(pol.assess(d, d.propose([], 8)), j=4)
+            if not recal:  # the tables' own prediction, and nothing learned by the recalibration
+                c = replace(c, pred=c.raw, raw=None)
+            out = []
+            for i in range(4):
+                gaps.append(abs(c.pred[i] - 0.5))
+                out.append(int(rng.random() < 0.5))
+                if not out[-1]:
+                    break
+            pol.observe(c, out + [-1] * (4 - len(out)))
+        return float(np.mean(gaps))
+
+    with_recal, without = mean_abs_gap(True), mean_abs_gap(False)
+    assert with_recal < 0.75 * without, (with_recal, without)
 
 
 def test_calibration_figure_draws():

@@ -199,3 +199,40 @@ def test_prediction_computes_a_draft_models_prompt_once_for_every_k(engine, draf
         assert pattern(got[k]) == pattern(fresh[k])
     assert got[2][0]["draft_ms"] == got[3][0]["draft_ms"] == got[1][0]["draft_ms"] > 0
     assert got[2][0]["begin_measured_at_k"] == got[3][0]["begin_measured_at_k"] == 1
+
+
+class Sure(Spoiled):
+    """Spoiled, with n-gram evidence that every drafted token was seen 20 times in 20."""
+
+    def evidence(self, draft):
+        return [{"n": 4, "seen": 20, "total": 20}] * len(draft.tokens)
+
+
+class Curve:
+    """SYNTHETIC verify(m): H + slope·(m - 1) ms."""
+
+    def __init__(self, H, slope):
+        self.H, self.slope = H, slope
+
+    def V(self, m):
+        return self.H + self.slope * (np.asarray(m, dtype=float) - 1)
+
+
+def test_a_policy_replays_its_choices_and_learns_from_the_outcomes():
+    """The replayed policy cuts each draft to its j and learns what happened, as the loop:
+    on a nearly free verify it takes every offered token of strong evidence (the by-hand
+    steps of the k = 4 replay); where a row costs 1.5 plain steps nothing pays, and every
+    step is plain. Either way the emitted tokens are the plain stream."""
+    from labkit.decoding.policy import PricedPolicy
+
+    cheap = PricedPolicy(verify=Curve(10.0, 0.5), k_max=4, overhead=(0.0, 0.0))
+    steps = rp.replay(PROMPT, STREAM, Sure(STREAM), 99, max_tokens=8, policy=cheap)
+    assert pattern(steps) == [(4, 4, 3, [1, 1, 1, 0], [11, 12, 13, 14]),
+                              (3, 3, 3, [1, 1, 1], [15, 16, 17])]
+    assert [s["policy_j"] for s in steps[1:]] == [4, 3]
+    assert [(r["position"], r["tested"], r["accepted"]) for r in cheap.table()] == [
+        (0, 2, 2), (1, 2, 2), (2, 2, 2), (3, 1, 0)]  # the rejected fourth is learned too
+    dear = PricedPolicy(verify=Curve(10.0, 15.0), k_max=4, overhead=(0.0, 0.0))
+    steps = rp.replay(PROMPT, STREAM, Sure(STREAM), 4, max_tokens=8, policy=dear)
+    assert [s["mode"] for s in steps[1:]] == ["plain"] * 7 and {s["policy_j"] for s in steps[1:]} == {0}
+    assert [t for s in steps for t in s["tokens"]] == STREAM

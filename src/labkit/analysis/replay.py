@@ -33,14 +33,24 @@ import numpy as np
 import pandas as pd
 
 
-def replay(prompt: Sequence[int], plain: Sequence[int], drafter, k: int, *, max_tokens: int) -> list[dict]:
+def replay(prompt: Sequence[int], plain: Sequence[int], drafter, k: int, *, max_tokens: int,
+           policy=None) -> list[dict]:
     """One record per decode step of a greedy speculative run at draft length ``k``.
 
     ``plain``: the plain greedy output (every emitted token, the prefill's first one
     included); ``drafter``: a fresh drafter, not yet begun. Records carry step, k (asked
     this step), drafted, accepted, outcomes (1/0/-1 per drafted position, as the loop
     writes them), draft, tokens (emitted), draft_ms and exact.
+
+    ``policy`` (``decoding.policy``, k = its k_max): each step's draft is cut to the j it
+    chooses from the drafter's evidence, and it learns from the replayed outcomes, as in
+    the loop; records add policy_j, policy_pred and policy_bins. It keeps what it learned
+    across calls (pass the same policy to replay several prompts in a row, as one run would).
+    A policy that learns its loop overhead from ``accept_ms`` learns nothing of it here:
+    give it ``overhead`` to replay a real run's choices.
     """
+    if policy is not None:
+        k = policy.k_max
     if k < 1:
         raise ValueError(f"replay needs k >= 1, got {k}")
     plain = list(plain)
@@ -57,7 +67,13 @@ def replay(prompt: Sequence[int], plain: Sequence[int], drafter, k: int, *, max_
         step += 1
         kk = min(k, max_tokens - emitted)
         t0 = time.perf_counter()
-        d = list(drafter.propose(history, kk, temperature=0.0, rng=None).tokens[:kk])
+        draft = drafter.propose(history, kk, temperature=0.0, rng=None)
+        d = list(draft.tokens[:kk])
+        choice = None
+        if policy is not None and d:  # as the loop: the choice's own time counts as drafting
+            t_d = time.perf_counter()
+            choice = policy.choose(policy.assess(drafter, draft), draft_ms=(t_d - t0) * 1e3)
+            d = d[: choice.j]
         draft_ms = (time.perf_counter() - t0) * 1e3
         outcomes = [-1] * len(d)
         accepted, exact = 0, True
@@ -71,8 +87,16 @@ def replay(prompt: Sequence[int], plain: Sequence[int], drafter, k: int, *, max_
                 break
             accepted += 1
         tokens = plain[emitted : emitted + accepted + 1]
-        out.append({"step": step, "mode": "spec", "k": kk, "drafted": len(d), "accepted": accepted, "outcomes": outcomes,
-                    "draft": d, "tokens": tokens, "draft_ms": draft_ms, "exact": exact})
+        rec = {"step": step, "mode": "spec" if (d or policy is None) else "plain", "k": kk, "drafted": len(d),
+               "accepted": accepted, "outcomes": outcomes, "draft": d, "tokens": tokens, "draft_ms": draft_ms,
+               "exact": exact}
+        if policy is not None:
+            j = choice.j if choice else 0
+            rec.update(policy_j=j, policy_pred=choice.pred[:j] if choice else [],
+                       policy_bins=choice.bins[:j] if choice else [])
+            if choice is not None:
+                policy.observe(choice, outcomes)
+        out.append(rec)
         history.extend(tokens)
         emitted += len(tokens)
     return out

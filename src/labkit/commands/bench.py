@@ -176,7 +176,8 @@ def _spec(args, recipe, engine, prompt) -> dict:
         if drafter is not None:
             drafter.close()
     if pol is not None:
-        res["policy"] = {**pol.describe(), "verify_source": verify_source, "learned": pol.table()}
+        res["policy"] = {**pol.describe(), "verify_source": verify_source, "learned": pol.table(),
+                         "recalibration": pol.recalibration()}
     res["prompt"] = {"id": prompt.id, "workload": prompt.workload, "source": prompt.source}
     res["gate"] = {"threshold": recipe.gate, "source": recipe.origin_of("gate"), "window": recipe.gate_window,
                    "probe_every": recipe.gate_probe_every}
