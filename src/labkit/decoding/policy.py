@@ -64,6 +64,11 @@ RECAL_CAP = 200.0
 CONTEXTS = ("none", "hot", "cold")  # the stream's last drafted step: none yet, all accepted, a rejection
 
 
+def _tenth(p: float) -> int:
+    """The recalibration's cell of a prediction: its tenth, 0..9."""
+    return min(9, int(p * 10))
+
+
 def _add(cell, o: float, cap: float) -> None:
     """Add one outcome to [sum, count], scaling the old ones down once the count reaches cap."""
     if cell[1] >= cap:
@@ -202,7 +207,7 @@ class PricedPolicy(Policy):
         """Stage 3: raw + the mean error of raw predictions in its tenth, shrunk by RECAL_WEIGHT."""
         out = []
         for p in raw:
-            s, n = self._recal.get(min(9, int(p * 10)), (0.0, 0.0))
+            s, n = self._recal.get(_tenth(p), (0.0, 0.0))
             out.append(float(min(P_CEIL, max(P_FLOOR, p + s / (n + RECAL_WEIGHT)))))
         return out
 
@@ -278,7 +283,7 @@ class PricedPolicy(Policy):
             _add(self._bins.setdefault((i, choice.bins[i]), [0.0, 0.0]), o, self.cell_cap)
             _add(self._ctx.setdefault((i, choice.bins[i], choice.context), [0.0, 0.0]), o, self.cell_cap)
             if choice.raw is not None:
-                _add(self._recal.setdefault(min(9, int(choice.raw[i] * 10)), [0.0, 0.0]), o - choice.raw[i], RECAL_CAP)
+                _add(self._recal.setdefault(_tenth(choice.raw[i]), [0.0, 0.0]), o - choice.raw[i], RECAL_CAP)
         if choice.j > 0 and choice.stream is not None:
             self._last[choice.stream] = "hot" if all(o == 1 for o in outcomes[: choice.j]) else "cold"
         if accept_ms is not None and self.overhead is None:
