@@ -55,18 +55,7 @@ NATIVE_DIR=$(native dir)
 key=$(printf '%s|%s|%s' "$LLAMA_VERSION" "$PY_ARGS" "$PYTAG" | sha256sum | cut -c1-12)
 WHEEL_DIR="$CACHE/wheels/llama-cpp-python-$LLAMA_VERSION-nolib-$key"
 wheel=$(ls "$WHEEL_DIR"/llama_cpp_python-*.whl 2>/dev/null | head -n1 || true)
-SDIST="$CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"
-
-fetch_sdist() {
-    [ -f "$SDIST" ] && return 0
-    log "downloading the llama-cpp-python $LLAMA_VERSION sdist (its vendored llama.cpp is what gets built)"
-    local tmp
-    mkdir -p "$CACHE/sdist"; tmp=$(mktemp -d "$CACHE/sdist/dl.XXXXXX")
-    # --no-binary names the one package: with :all:, pip also builds the sdist's build backend
-    # (scikit-build-core and its dependencies) from source to read its metadata, 8 min on 2 cores
-    "$VPY" -m pip download -q --no-binary llama-cpp-python --no-deps "llama-cpp-python==$LLAMA_VERSION" -d "$tmp"
-    mv "$tmp"/llama_cpp_python-*.tar.gz "$SDIST"; rm -rf "$tmp"
-}
+SDIST="$CACHE/sdist/llama_cpp_python-$LLAMA_VERSION.tar.gz"  # `native sdist` downloads it (once)
 
 build_wheel() {
     # Python files only: LLAMA_BUILD=OFF and LLAVA_BUILD=OFF leave llama-cpp-python's CMake
@@ -113,7 +102,7 @@ else
     # the sdist (one download, ~1 min on a slow index) and the build from it run beside the
     # dependency installs; the llama-cpp-python wheel waits only for the sdist
     log "llama.cpp, one build for Python and the tools: $NATIVE_DIR (progress below; full log: $NATIVE_DIR/build.log)"
-    ( fetch_sdist && native build ) & build_pid=$!
+    ( native sdist >/dev/null && native build ) & build_pid=$!
     if [ "${LABKIT_PIP_ONLY:-0}" != 1 ]; then
         # pip checks the pinned version, so a venv holding another uv gets this one
         if "$VPY" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION" >/dev/null 2>&1; then

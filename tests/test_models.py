@@ -68,3 +68,30 @@ def test_zoo_lists_synthetic_models_as_synthetic():
     rows = {r["name"]: r for r in zoo.list_models()}
     assert rows["synthetic-moe"]["synthetic"] and "SYNTHETIC" in rows["synthetic-moe"]["label"]
     assert not rows[zoo.EMBEDDED]["synthetic"]
+
+
+def test_one_process_at_a_time_builds_a_zoo_model(tmp_cache):
+    """Two processes that want the same model on an empty cache (two notebooks, two test
+    workers) do not assemble it at once: while another holds the model's lock, `get` waits;
+    once it is released, the waiting process builds it and the next one reuses it."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from labkit.paths import exclusive
+
+    code = "from labkit.artifacts import zoo; print(zoo.get(zoo.EMBEDDED).sha256)"
+    env = {**os.environ, "LABKIT_CACHE": str(tmp_cache)}
+    with exclusive(zoo.models_dir() / f".{zoo.EMBEDDED}.lock"):
+        p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        try:
+            time.sleep(8)  # the import and the assembly take ~3 s here: long enough to have built it, unlocked
+            assert p.poll() is None and not (zoo.models_dir() / "gemma-3-270m-q4_k_m.gguf").exists()
+        except BaseException:
+            p.kill()
+            raise
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0 and out.strip() == EMBEDDED_SHA, err[-2000:]
+    assert zoo.sha256_file(zoo.models_dir() / "gemma-3-270m-q4_k_m.gguf") == EMBEDDED_SHA

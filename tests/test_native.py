@@ -135,3 +135,20 @@ def test_the_setup_entry_point_runs_without_numpy(tmp_path):
     p = subprocess.run([sys.executable, "-S", "-B", "src/labkit/engines/native.py", "--flags", "",
                         "status"], capture_output=True, text=True, env=env, cwd=Path(__file__).parents[1])
     assert p.returncode == 1 and json.loads(p.stdout)["built"] is False, p.stderr
+
+
+def test_sdist_cached_is_named_and_a_failed_download_says_the_fix(tmp_path):
+    """`native sdist` (setup.sh's one download path): a cached sdist is printed without pip; a
+    download that cannot reach the index exits 2 with the problem, the fix and no file left."""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": "src", "LABKIT_CACHE": str(tmp_path), "HOME": str(tmp_path),
+           "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_FIND_LINKS": "", "PIP_NO_INDEX": "0",
+           "PIP_RETRIES": "0", "PIP_TIMEOUT": "2", "PIP_CONFIG_FILE": os.devnull}
+    cmd = [sys.executable, "-S", "-B", "src/labkit/engines/native.py", "--flags", "", "sdist"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=Path(__file__).parents[1], timeout=120)
+    assert p.returncode == 2 and "could not download the llama-cpp-python" in p.stderr, p.stderr
+    assert "fix: check that pip can reach the package index" in p.stderr
+    assert not list((tmp_path / "sdist").glob("*.tar.gz"))
+    cached = tmp_path / "sdist" / f"llama_cpp_python-{native.VERSION}.tar.gz"
+    cached.write_bytes(b"a cached sdist")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=Path(__file__).parents[1], timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == str(cached) and "downloading" not in p.stderr, p.stderr

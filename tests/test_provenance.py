@@ -123,9 +123,16 @@ def test_second_reproduction_compares_with_the_first(cost_run, store):
                 and not n.startswith(("lab.", "lab/", "system/"))}
     assert {"verify/H_ms", "verify/a_ms", "verify/b_ms", "verify/r2"} <= compared
     assert comp["within_noise"] + len(comp["moved"]) == len(compared)
-    # each verdict is the band arithmetic on the two runs' logged values and ranges
+    # each verdict is the arithmetic on the two runs' logged values and ranges: with ranges,
+    # "moved" is intervals that do not overlap (a point may sit anywhere in its interval, so the
+    # points' distance need not exceed the wider one); without, a change beyond the 5% band
     for m in comp["moved"]:
-        assert abs(m["now"] - m["previous"]) > m["band"] and m["metric"] in compared
+        assert m["metric"] in compared
+        if m["previous_interval"]:
+            (lo0, hi0), (lo1, hi1) = m["previous_interval"], m["now_interval"]
+            assert hi1 < lo0 or lo1 > hi0, m
+        else:
+            assert abs(m["now"] - m["previous"]) > m["band"], m
     # related runs share the notebook + recipe prefix of their IDs
     assert summary["results"][0]["id"].rsplit("-", 1)[0] == cost_run["id"].rsplit("-", 1)[0]
 

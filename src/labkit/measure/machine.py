@@ -79,7 +79,7 @@ def _tiny_model() -> Path:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         synthetic.CONFIGS.setdefault(TINY, TINY_CONFIG)
-        tmp = path.with_name(path.name + ".partial")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")  # two processes may write it at once
         synthetic.write(TINY, tmp)
         os.replace(tmp, path)
     return path
@@ -201,7 +201,7 @@ def profiles_dir() -> Path:
 
 def save(profile: dict) -> Path:
     path = profiles_dir() / f"profile-{profile['key']}.json"
-    tmp = path.with_suffix(".partial")
+    tmp = path.with_suffix(f".{os.getpid()}.partial")  # two processes may save at once
     tmp.write_text(json.dumps(profile, indent=1, default=str))
     os.replace(tmp, path)
     return path

@@ -45,7 +45,7 @@ def _synthetic_path(name: str) -> Path:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         synthetic.CONFIGS.setdefault(name, {**synthetic.CONFIGS[LARGE[name]], "n_layer": 8})
-        tmp = path.with_name(path.name + ".partial")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")  # two processes may write it at once
         synthetic.write(name, tmp)
         os.replace(tmp, path)
     return path
