@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from pathlib import Path
 
@@ -37,13 +36,16 @@ def experiments_dir() -> Path:
 
 @contextlib.contextmanager
 def exclusive(lock_file: Path):
-    """Hold an exclusive lock on ``lock_file`` (created if missing) for the ``with`` block: one
-    process at a time builds a cached artifact; the others wait, then find it built. The kernel
-    drops the lock when its holder exits, however it exits."""
+    """Hold an exclusive advisory lock on ``lock_file`` (created if missing) for the ``with``
+    block: one process at a time builds a cached artifact or creates a store; the others wait,
+    then find it made. The kernel drops the lock when its holder exits, however it exits.
+    A no-op where fcntl does not exist."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    with open(lock_file, "a") as f:  # closing it releases the lock
         try:
+            import fcntl
+        except ImportError:
             yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            return
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield

@@ -404,10 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "build":
             info = build(force=a.force, jobs=a.jobs, progress=progress)
             progress("cached build, nothing compiled" if info["cached"] else "done")
-        elif a.cmd == "sdist":
-            d = cache_dir() / "sdist"
-            d.mkdir(parents=True, exist_ok=True)
-            print(_sdist(cache_dir(), d / "download.log", progress))
+        elif a.cmd == "sdist":  # _sdist makes the folder before it writes the log
+            print(_sdist(cache_dir(), cache_dir() / "sdist" / "download.log", progress))
         elif a.cmd == "link":
             link(progress=progress)
         elif a.cmd == "status":

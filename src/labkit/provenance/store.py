@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from labkit.errors import LabkitError
+from labkit.paths import exclusive
 
 
 def store_kind(uri: str | None = None) -> str:
@@ -69,7 +70,7 @@ def sqlite_client(uri: str):
 
     path = Path(uri[len("sqlite:///"):])
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(path.with_name(path.name + ".lock")):
+    with exclusive(path.with_name(path.name + ".lock")):
         con = sqlite3.connect(path, timeout=30)
         try:
             if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
@@ -82,23 +83,3 @@ def sqlite_client(uri: str):
         raise LabkitError(f"the SQLite tracking store {path} cannot be opened ({type(err).__name__}: {str(err)[:200]})",
                           "check the file's permissions and free disk space, or point MLFLOW_TRACKING_URI elsewhere")
     return c
-
-
-class _file_lock:
-    """An exclusive advisory lock on a file (a no-op where fcntl does not exist)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self):
-        self.f = open(self.path, "a")
-        try:
-            import fcntl
-
-            fcntl.flock(self.f, fcntl.LOCK_EX)
-        except ImportError:
-            pass
-        return self
-
-    def __exit__(self, *exc):
-        self.f.close()  # closing releases the lock
