@@ -197,7 +197,7 @@ def test_the_mtp_recipe_reproduces_end_to_end(store):
     from labkit.provenance import reproduce as rp
     from labkit.provenance import tracking
 
-    params = {"runs": 1, "max_tokens": 8, "verify_rounds": 4}
+    params = {"runs": 1, "max_tokens": 8, "verify_rounds": 4, "crosscheck_rounds": 2}
     s = rp.reproduce(recipe="mtp-synthetic", out_dir=str(store / "mtp-out"), params=params)
     assert s["ok"], [(r["notebook"], r["error"]) for r in s["results"]]
     c = tracking.client()

@@ -35,7 +35,7 @@ from labkit.report import queries
 from labkit.report.compare import compare, render
 
 ROOT = project_root()
-TINY = ["-p", "verify_rounds=3", "-p", "verify_m=[1,2,3]", "-p", "kv_depth=32", "-p", "cost_models=[]"]
+TINY = ["-p", "verify_rounds=3", "-p", "verify_m=[1,2,3]", "-p", "kv_depth=32", "-p", "cost_models=[]", "-p", "crosscheck_rounds=2"]
 
 
 def _free_port() -> int:
