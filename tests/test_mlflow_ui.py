@@ -31,10 +31,11 @@ import pytest
 import browser
 import procs
 import servers
+import tiny
 from labkit.provenance import reproduce as rp
 from labkit.provenance import tracking
 
-FAST = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32, "crosscheck_rounds": 2}  # as tests/test_provenance.py
+FAST = tiny.FAST_01
 pytestmark = pytest.mark.slow  # a real `mlflow server`, headless Chromium, two reproductions
 
 STARTUP_S = 300  # mlflow server on a busy 2-core box (load 20 seen)

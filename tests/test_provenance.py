@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 import servers  # tests/servers.py
+import tiny  # tests/tiny.py
 from labkit.errors import LabkitError
 from labkit.provenance import ids, tracking
 from labkit.provenance import reproduce as rp
@@ -18,9 +19,7 @@ from labkit.provenance.show import show
 from labkit.report.figures import png_lab_id
 from labkit.report.regen import REL_TOL, compare_frames, regen
 
-# crosscheck_rounds 2: the fewest that give the llama-bench ratio an interval (8 s less per 01 on
-# 2 cores); more rounds are the same loop, and `make reproduce` runs the recipe's 5
-FAST = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32, "crosscheck_rounds": 2}
+FAST = tiny.FAST_01
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ import pytest
 
 import labkit
 import procs
+import tiny
 from labkit.config.recipe import effective_recipe
 from labkit.decoding.drafters.ngram import NgramDrafter
 from labkit.errors import LabkitError
@@ -167,7 +168,7 @@ def _cli(*args: str) -> list[str]:
 
 
 def _tiny(extra: dict | None = None) -> list[str]:
-    return [a for k, v in {**TINY, **(extra or {})}.items() for a in ("-p", f"{k}={json.dumps(v)}")]
+    return tiny.as_cli({**TINY, **(extra or {})})
 
 
 def _journal_arms(path: Path) -> list[dict]:

@@ -25,13 +25,14 @@ import pytest
 import yaml
 
 import procs
+import tiny
 from labkit.errors import LabkitError
 from labkit.paths import cache_dir
 from labkit.provenance import machine_state, runlock, tracking
 from labkit.provenance import reproduce as rp
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32, "crosscheck_rounds": 2}
+FAST = tiny.FAST_01
 SWEEP_FAST = {"runs": 1, "max_runs": 1, "prompts_per_workload": 1, "workloads": ["edit"], "k": [0, 1], "max_tokens": 8,
               "drafters": ["ngram"], "temperatures": [0.0]}
 SRC = str(ROOT / "src")

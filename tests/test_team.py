@@ -26,6 +26,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import tiny
 from labkit.config.recipe import load
 from labkit.errors import LabkitError
 from labkit.paths import project_root
@@ -35,7 +36,7 @@ from labkit.report import queries
 from labkit.report.compare import compare, render
 
 ROOT = project_root()
-TINY = ["-p", "verify_rounds=3", "-p", "verify_m=[1,2,3]", "-p", "kv_depth=32", "-p", "cost_models=[]", "-p", "crosscheck_rounds=2"]
+TINY = tiny.as_cli({**tiny.FAST_01, "cost_models": []})
 
 
 def _free_port() -> int:

@@ -1,0 +1,15 @@
+"""Tiny parameters the tests give real reproductions, in one place."""
+
+from __future__ import annotations
+
+import json
+
+# 01_cost_fit in seconds: three m, few rounds, a shallow KV cache. crosscheck_rounds 2: the fewest
+# that give the llama-bench ratio an interval (8 s less per 01 on 2 cores); more rounds are the
+# same loop, and `make reproduce` runs the recipe's 5
+FAST_01 = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32, "crosscheck_rounds": 2}
+
+
+def as_cli(params: dict) -> list[str]:
+    """``params`` as ``labkit reproduce`` arguments: ``-p name=<JSON>`` each."""
+    return [a for k, v in params.items() for a in ("-p", f"{k}={json.dumps(v)}")]
