@@ -219,7 +219,11 @@ def _display_e(df: pd.DataFrame) -> pd.DataFrame:
             rows.append(row)
     out = pd.DataFrame(rows)
     ks = sorted((c for c in out.columns if c.startswith("n_max=")), key=lambda c: int(c.split("=")[1]))
-    out = out[keys + ["drafter"] + ks + ["source"]].fillna("-")
+    out = out[keys + ["drafter"] + ks + ["source"]]
+    # "-" where a cell has no value; a column holding one goes to object first (pandas will no
+    # longer upcast a float column for a string fill)
+    for col in [c for c in out.columns if out[c].isna().any()]:
+        out[col] = out[col].astype(object).fillna("-")
     out.attrs["legend"] = E_LEGEND
     return out
 
