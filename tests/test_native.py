@@ -152,3 +152,41 @@ def test_sdist_cached_is_named_and_a_failed_download_says_the_fix(tmp_path):
     cached.write_bytes(b"a cached sdist")
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=Path(__file__).parents[1], timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == str(cached) and "downloading" not in p.stderr, p.stderr
+
+
+# lines as CMake's two generators print them (copied from this version's build logs)
+MAKE_LINES = ["[  4%] Building CXX object ggml/src/CMakeFiles/ggml-base.dir/ggml.cpp.o",
+              "[  4%] Building C object ggml/src/CMakeFiles/ggml-base.dir/ggml.c.o",
+              "[ 11%] Linking CXX shared library bin/libggml-base.so", "[ 11%] Built target ggml-base"]
+NINJA_LINES = ["[1/222] Building CXX object ggml/src/CMakeFiles/ggml-base.dir/ggml.cpp.o",
+               "[11/222] Linking CXX shared library bin/libggml-base.so.0.25.3",
+               "[31/222] Linking CXX shared library bin/libggml-cpu.so.0.25.3"]
+
+
+def test_progress_counts_make_lines_and_reads_ninjas_own_count(tmp_path):
+    said = []
+    make = native._Meter(said.append, tmp_path / "build.log", expected=215, every_s=0)
+    for line in MAKE_LINES:
+        make(line)
+    assert make.steps == 3 and make.expected == 215  # "Built target" is not a step
+    assert said[-1].startswith("compiling: step 3 of ~215 after ")
+    ninja = native._Meter(said.append, tmp_path / "build.log", expected=215, every_s=0)
+    for line in NINJA_LINES:
+        ninja(line)
+    assert (ninja.steps, ninja.expected) == (31, 222) and said[-1].startswith("compiling: step 31 of ~222 after ")
+
+
+def test_an_unfinished_build_resumes_with_the_generator_it_was_configured_with(tmp_path, monkeypatch):
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "CMakeCache.txt").write_text("CMAKE_BUILD_TYPE:STRING=Release\nCMAKE_GENERATOR:INTERNAL=Unix Makefiles\n")
+    assert native.generator(build) == "Unix Makefiles"  # whatever is installed now
+    (build / "CMakeCache.txt").write_text("CMAKE_GENERATOR:INTERNAL=Ninja\n")
+    assert native.generator(build) == "Ninja"
+    # a new build: Ninja where it is on PATH, else Make
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert native.generator(tmp_path / "none") == "Unix Makefiles"
+    (tmp_path / "ninja").write_text("#!/bin/sh\n")
+    (tmp_path / "ninja").chmod(0o755)
+    assert native.generator(tmp_path / "none") == "Ninja"
+    assert native.generator() == "Ninja"
