@@ -22,7 +22,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
 
 import procs
 import tiny
@@ -52,14 +51,6 @@ def _write_nb(path: Path, cells: list[str]) -> Path:
 
 
 START = "from labkit import lab as L\nlab = L.start(globals())"
-
-
-def _recipe(path: Path, **fields) -> str:
-    """A tiny recipe file: the default's fields with ``fields`` on top."""
-    data = yaml.safe_load((ROOT / "experiments" / "default.yaml").read_text())
-    data.update(name=path.stem, **fields)
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
 
 
 def _env(**extra) -> dict:
@@ -142,7 +133,7 @@ def test_cell_timeout_fails_the_run_keeps_its_records_and_stops_the_kernel(store
         "time.sleep(150)  # a hung decode", "lab.metric('never', 1.0)"])
     # the start cell's imports take ~3 s on a 2-core box (~6 s on the slowest we have seen): 12 s
     # leaves twice that and keeps the wait short
-    recipe = _recipe(tmp_path / "tiny.yaml", cell_timeout_s=12)
+    recipe = tiny.recipe_file(tmp_path / "tiny.yaml", cell_timeout_s=12)
     t0 = time.monotonic()
     summary = rp.reproduce(recipe=recipe, only=["81"], out_dir=str(tmp_path / "out"))
     assert time.monotonic() - t0 < 300
@@ -165,7 +156,7 @@ def test_whole_run_limit_stops_the_reproduction_and_skips_the_rest(store, nb_dir
     _write_nb(nb_dir / "83_after.ipynb", ['recipe = "default"', START])
     # kernel start + the start cell + two 1-s cells take ~6 s on a 2-core box (~12 s on the
     # slowest we have seen): the limit lands in the 150-s cell
-    recipe = _recipe(tmp_path / "tiny.yaml", cell_timeout_s=500, run_timeout_s=20)
+    recipe = tiny.recipe_file(tmp_path / "tiny.yaml", cell_timeout_s=500, run_timeout_s=20)
     t0 = time.monotonic()
     summary = rp.reproduce(recipe=recipe, only=["82", "83"], out_dir=str(tmp_path / "out"))
     assert time.monotonic() - t0 < 120
@@ -333,10 +324,10 @@ def test_busy_box_is_refused_by_max_busy_and_flagged_in_the_drift_report(store, 
     try:
         before = len(_runs(c))
         with pytest.raises(LabkitError, match="the machine is busy") as e:
-            rp.reproduce(recipe=_recipe(tmp_path / "strict.yaml", max_busy=0.2), only=["86"])
+            rp.reproduce(recipe=tiny.recipe_file(tmp_path / "strict.yaml", max_busy=0.2), only=["86"])
         assert "python" in e.value.problem and e.value.fix
         assert len(_runs(c)) == before  # refused before anything was recorded
-        recipe = _recipe(tmp_path / "tiny.yaml")
+        recipe = tiny.recipe_file(tmp_path / "tiny.yaml")
         first = rp.reproduce(recipe=recipe, only=["86"], params={"value": 1.0})
         second = rp.reproduce(recipe=recipe, only=["86"], params={"value": 2.0})
     finally:
@@ -482,7 +473,7 @@ def test_systemd_unit_and_crontab_run_as_written(store, tmp_path):
         k, v = e.split("=", 1)
         env[k] = v
     # the operator's override (`systemctl --user edit`): a tiny recipe, as a drop-in would set it
-    env["LABKIT_RECIPE"] = _recipe(tmp_path / "tiny.yaml", notebooks=["01_cost_fit"], cost_models=[], **FAST)
+    env["LABKIT_RECIPE"] = tiny.recipe_file(tmp_path / "tiny.yaml", notebooks=["01_cost_fit"], cost_models=[], **FAST)
     cwd = svc["WorkingDirectory"][0].replace("%h", str(home))
     cmd = _systemd_expand(svc["ExecStart"][0], home, env)
     assert cmd[0] == str(home / "labkit" / ".venv" / "bin" / "labkit")
@@ -509,7 +500,7 @@ def test_systemd_unit_and_crontab_run_as_written(store, tmp_path):
     command = line.split(None, 5)[5]
     assert "%" not in command  # cron would cut the line there
     cron_env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "SHELL": "/bin/sh", "LOGNAME": "root",
-                "PYTHONPATH": SRC, "LABKIT_RECIPE": _recipe(tmp_path / "cron.yaml", notebooks=["89_cron"]),
+                "PYTHONPATH": SRC, "LABKIT_RECIPE": tiny.recipe_file(tmp_path / "cron.yaml", notebooks=["89_cron"]),
                 "LABKIT_NOTEBOOKS": str(nbs), "LABKIT_KEEP_RUNS": "30",
                 "MLFLOW_TRACKING_URI": os.environ["MLFLOW_TRACKING_URI"], "LABKIT_CACHE": env["LABKIT_CACHE"]}
     p = subprocess.run(["/bin/sh", "-c", command], env=cron_env, capture_output=True, text=True, timeout=900)

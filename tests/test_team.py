@@ -25,7 +25,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
 
 import tiny
 from labkit.config.recipe import load
@@ -342,16 +341,14 @@ def team_server():
 def test_two_clones_two_hosts_one_team_server(team_server, tmp_path):
     # the two clones measure at once on one box: one thread each, so that neither engine's threads
     # wait on the other's (two 2-thread engines on 2 cores take several times as long)
-    data = yaml.safe_load((ROOT / "experiments" / "default.yaml").read_text())
-    recipe = tmp_path / "default-1-thread.yaml"
-    recipe.write_text(yaml.safe_dump({**data, "name": "default-1-thread", "threads": 1}))
+    recipe = tiny.recipe_file(tmp_path / "default-1-thread.yaml", threads=1)
     clones = {}
     for label in ("host-a", "host-b"):
         dst = tmp_path / label
         subprocess.run(["git", "clone", "-q", str(ROOT), str(dst)], check=True, timeout=120)
         clones[label] = dst
     procs = {label: subprocess.Popen(
-        [sys.executable, "-m", "labkit.cli", "reproduce", "--recipe", str(recipe), "--only", "01_cost_fit", *TINY,
+        [sys.executable, "-m", "labkit.cli", "reproduce", "--recipe", recipe, "--only", "01_cost_fit", *TINY,
          "--json"],
         env=_env(root, team_server, LABKIT_HOST_LABEL=label), cwd=root, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True) for label, root in clones.items()}
@@ -387,7 +384,7 @@ def test_two_clones_two_hosts_one_team_server(team_server, tmp_path):
         assert r.returncode == 0 and _last_json(r)["provenance"]["host.label"] == there, r.stderr[-3000:]
         r = _cli(["regen", fig, "--out", str(tmp_path / f"regen-{here}")], env=env, cwd=clones[here], timeout=300)
         assert r.returncode == 0 and _last_json(r)["identical"], r.stderr[-3000:]
-    r = _cli(["compare", "--recipe", str(recipe), "--notebook", "01_cost_fit", "--by", "host"], env=_env(clones["host-a"], team_server),
+    r = _cli(["compare", "--recipe", recipe, "--notebook", "01_cost_fit", "--by", "host"], env=_env(clones["host-a"], team_server),
              cwd=clones["host-a"], timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     out = _last_json(r)
