@@ -14,18 +14,23 @@
 # ---
 
 # %% [markdown]
-# # 02 · k sweep: the n_max protocol, tok/s and acceptance across k, workloads, drafters
+# # 02 · k sweep: the search, the n_max ladder, tok/s and acceptance across k, workloads, drafters
 #
 # First the whole greedy sweep is *predicted*: one plain run per prompt, replayed for every
 # k and drafter (with greedy decoding and a deterministic drafter the speculative output is
 # the plain output, so the accept pattern at any k follows from the drafter's proposals
 # alone), priced with the measured verify(m). Then the recipe's protocol measures:
-# `stepwise` (the chapter's n_max protocol) steps k up from 1 per drafter and stops at the
-# first step that loses end-to-end (TTLT) against plain, collapses acceptance, or leaves the
+# `search` (the default) splits each workload's prompts into choosing and held-out ones,
+# ranks every (drafter, k) per workload by the replay, measures the best-ranked ones and
+# `k: auto` against plain, decides per workload, and checks each decision on the held-out
+# prompts; it keeps the chapter's ladder as a record (its first rung, measured in the same
+# rounds). `stepwise` (the chapter's n_max ladder alone) steps k up from 1 per drafter and
+# stops at the first step that loses end-to-end (TTLT), collapses acceptance, or leaves the
 # tool suite's noise band; `full` measures every k. Every measured arm, the plain baseline
 # and a second plain arm (the A/A control) run on the same prompts, interleaved. Each verdict
-# is the geometric-mean speedup with its 95% CI: wins, loses, or no measurable difference
-# (within ±margin); undecided steps get more rounds, up to the recipe's budget.
+# is the geometric-mean speedup with its 95% CI (corrected for the candidates and the
+# looks): wins, loses, or no measurable difference (within ±margin); undecided verdicts get
+# more rounds, up to the recipe's budget.
 
 # %% tags=["parameters"]
 recipe = "default"
@@ -37,7 +42,10 @@ max_tokens = None
 prompts_per_workload = None
 temperatures = None
 gate = None  # threshold for the gate-on comparison at the global default k
-protocol = None  # "stepwise" (the n_max protocol) or "full" (every k); None: the recipe's
+protocol = None  # "search" (rank, decide per workload, check), "stepwise" (the n_max ladder) or "full"; None: the recipe's
+search_candidates = None  # the best-ranked fixed settings measured per workload, beside k auto
+check_share = None  # the share of each workload's prompts held out to check the decision
+traffic_mix = None  # workload -> share of the tokens, for the mix line (None: equal)
 decision_margin = None  # the ±band that counts as no measurable difference (0.02: ±2%)
 decision_confidence = None  # the CI level (0.95)
 aa_control = None  # the A/A arm: a second plain arm (true by default; off only with protocol "full")
@@ -49,8 +57,11 @@ from labkit import lab as labkit_lab
 from labkit.analysis import costmodel, replay, sweep_tables, verdicts
 from labkit.analysis import protocol as decide
 from labkit.config import runtime
+from labkit.lab.record import record_search
+from labkit.analysis import search
+from labkit.measure import policy_arm, sweep, verify_cost
 from labkit.measure import protocol as measure_protocol
-from labkit.measure import sweep, verify_cost
+from labkit.measure import search as measure_search
 from labkit.provenance import tracking
 from labkit.suites import stepcheck
 from labkit.suites.workloads import prompts_for
@@ -62,23 +73,39 @@ R = lab.recipe
 engine = lab.engine()
 arms = {d: runtime.make_drafter(d, R, engine) for d in R.drafters}
 prompts = prompts_for(engine, R.workloads, limit=R.prompts_per_workload, seed=R.seed)
-ver = verify_cost.bench_verify(engine, m_values=range(1, max(R.k) + 2), rounds=16, kv_depth=R.kv_depth, seed=R.seed)
+# the search chooses on some prompts and checks on the others (seeded, split before measuring)
+choose, held_out = search.split(prompts, check_share=R.check_share, seed=R.seed) if R.protocol == "search" \
+    else (prompts, [])
+auto = "priced" if R.protocol == "search" and R.search_auto and not R.policy else None  # k auto, a candidate
+m_max = max(max(R.k) + 1, R.policy_k_max + 1 if (R.policy or auto) else 0)  # k auto prices drafts up to k_max
+ver = verify_cost.bench_verify(engine, m_values=range(1, m_max + 1), rounds=16, kv_depth=R.kv_depth, seed=R.seed)
 vm = costmodel.fit_verify_model(costmodel.verify_frame(ver))
 
 # %% [markdown]
 # ## The sweep predicted before measuring: replay of one plain run per prompt
 
 # %%
-pred = measure_protocol.predict(engine, prompts, drafters=arms, ks=R.k, max_tokens=R.max_tokens, V=vm.V, H=vm.H,
-                                progress=lab.progress)
+replay_of = measure_search.predict if R.protocol == "search" else measure_protocol.predict  # the search prunes
+pred = replay_of(engine, choose, drafters=arms, ks=R.k, max_tokens=R.max_tokens, V=vm.V, H=vm.H, progress=lab.progress)
 lab.table("replay-prediction", pred["per_prompt"], display=False)
-print(f"not replayable (measured only): {pred['not_replayable']}")
+print(f"not replayable (measured only): {pred['not_replayable']}"
+      + "".join(f"\nnot replayed: {d}: {why}" for d, why in pred.get("pruned", {}).items()))
 
 # %% [markdown]
 # ## The protocol
 
 # %%
-if R.protocol == "stepwise":
+pol = policy_arm.policy_arms(R, engine, arms, progress=lab.progress, policy=auto,
+                             verify=(vm, f"02's own verify(m): m 1..{m_max}, 16 rounds at KV depth {R.kv_depth}"))
+
+# %%
+if R.protocol == "search":
+    res = measure_search.from_recipe(R, engine, prompts, drafters=arms, vm=vm, predicted=pred, policies=pol,
+                                     progress=lab.progress, **lab.arms("sweep"))
+    rows, prow = search.split_policy_rows(res["rows"])
+    record_search(lab, res)
+    print(search.text(res))
+elif R.protocol == "stepwise":
     suite = stepcheck.SuiteCheck.from_recipe(engine, arms, R, progress=lab.progress)
     res = measure_protocol.stepwise(engine, prompts, drafters=arms, ks=R.k, thresholds=decide.Thresholds.from_recipe(R),
                                     runs=R.runs, max_tokens=R.max_tokens, temperatures=tuple(R.temperatures),
@@ -97,6 +124,8 @@ else:
     rows = sweep.k_sweep(engine, prompts, drafters=arms, ks=R.k, runs=R.runs, max_tokens=R.max_tokens,
                          temperatures=tuple(R.temperatures), seed=R.seed, interleave=R.interleave, progress=lab.progress,
                          control=R.aa_control, **lab.arms("sweep"))
+
+# %%
 lab.table("sweep-runs", rows, display=False)
 aa = verdicts.aa_tags(rows, temperature=measure_protocol.decision_temperature(R.temperatures),
                       margin=R.decision_margin, confidence=R.decision_confidence)
@@ -137,14 +166,12 @@ lab.figure("forest", forest, name="speedup-forest", margin=R.decision_margin)
 # like every fixed k: a paired ratio with its CI.
 
 # %%
-from labkit.measure import policy_arm
-
-pol = policy_arm.policy_arms(R, engine, arms, progress=lab.progress)
-if pol:
-    lab.tags({"policy.verify_source": pol["_verify_source"]})
+if pol and R.protocol != "search":  # the search measured k auto per workload already
     prow = sweep.k_sweep(engine, prompts, drafters=arms, ks=[0], policies=pol, runs=R.runs, max_tokens=R.max_tokens,
                          temperatures=(greedy_t,), seed=R.seed, interleave=R.interleave, progress=lab.progress,
                          **lab.arms("policy"))
+if pol and len(prow):
+    lab.tags({"policy.verify_source": pol["_verify_source"]})
     lab.table("policy-runs", prow, display=False)
     ptab = lab.table("policy-verdict", verdicts.policy_table(prow, temperature=greedy_t, margin=R.decision_margin,
                                                              confidence=R.decision_confidence))
@@ -152,13 +179,17 @@ if pol:
 
 # %% [markdown]
 # ## The gate at the global default: on vs off
+#
+# Not in the search, which decides per workload with the gate off (the gate is a per-drafted-token
+# rule that held k=5 to ~1.2 tokens per step on edit).
 
 # %%
-gated = sweep.gated_sweep(engine, prompts, drafters=arms, default_k=default_k, make_gate=lambda: runtime.make_gate(R),
-                          runs=R.runs, max_tokens=R.max_tokens, seed=R.seed, interleave=R.interleave, progress=lab.progress,
-                          **lab.arms("gated"))
-if gated is not None:
-    lab.table("gate-on-vs-off", sweep_tables.gate_comparison(cells, sweep_tables.cell_table(gated)))
+if R.protocol != "search":
+    gated = sweep.gated_sweep(engine, prompts, drafters=arms, default_k=default_k, make_gate=lambda: runtime.make_gate(R),
+                              runs=R.runs, max_tokens=R.max_tokens, seed=R.seed, interleave=R.interleave,
+                              progress=lab.progress, **lab.arms("gated"))
+    if gated is not None:
+        lab.table("gate-on-vs-off", sweep_tables.gate_comparison(cells, sweep_tables.cell_table(gated)))
 
 # %% [markdown]
 # ## Latency, repetition, and the cost model

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # papermill end to end: a sweep and five notebook
 
 # max_runs 1: one round, however undecided its verdicts (a tiny sweep, not a decision)
 SWEEP = {"k": [0, 2], "workloads": ["edit"], "prompts_per_workload": 1, "runs": 1, "max_runs": 1, "max_tokens": 16,
-         "drafters": ["ngram"], "temperatures": [0.0]}
+         "drafters": ["ngram"], "temperatures": [0.0], "protocol": "stepwise"}
 
 
 @pytest.fixture(scope="module")

@@ -153,7 +153,7 @@ def test_aa_control_off_is_accepted_for_the_full_grid(tmp_path):
 
 def test_protocol_fields_are_sweep_fields_and_the_candidate_is_not():
     r = rc.load()
-    assert r.protocol == "stepwise"
+    assert r.protocol == "search"
     assert rc.resolve(r, {"protocol": "full"}).sweep_hash != r.sweep_hash
     assert rc.resolve(r, {"protocol_min_acceptance": 0.2}).sweep_hash != r.sweep_hash
     # writing the winner back must not make the evidence that chose it stale

@@ -33,7 +33,7 @@ from labkit.provenance import reproduce as rp
 ROOT = Path(__file__).resolve().parents[1]
 FAST = tiny.FAST_01
 SWEEP_FAST = {"runs": 1, "max_runs": 1, "prompts_per_workload": 1, "workloads": ["edit"], "k": [0, 1], "max_tokens": 8,
-              "drafters": ["ngram"], "temperatures": [0.0]}
+              "drafters": ["ngram"], "temperatures": [0.0], "protocol": "stepwise"}
 SRC = str(ROOT / "src")
 
 

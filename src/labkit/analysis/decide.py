@@ -149,7 +149,11 @@ def paired(rows: pd.DataFrame, *, arm: dict, base: dict | None = None, value: st
     """Sweep rows -> pairs (workload, prompt, round, ratio): each warm row of ``arm`` over the
     ``base`` row (default: plain, drafter "none", k 0) of the same prompt, temperature and run."""
     base = base or {"drafter": BASE, "k": 0}
-    r = rows if "cold" not in rows else rows[~rows["cold"].astype(bool)]
+    # only the columns the pairing reads (a sweep's rows carry per-position lists: filtering
+    # every column of them is most of the time of a search's many looks)
+    need = {"cold", "temperature", "prompt", "run", "workload", value, *arm, *base}
+    r = rows[[c for c in rows.columns if c in need]]
+    r = r if "cold" not in r else r[~r["cold"].astype(bool)]
     if temperature is not None and "temperature" in r:
         r = r[r["temperature"] == temperature]
     keys = [c for c in ("prompt", "temperature", "run") if c in r]

@@ -33,9 +33,21 @@ def main(argv=None) -> int:
     if args.write:
         res = write_winner(tracking.client(), recipe)
         print(f"{res['written']}: n_max = {res['n_max']}, n_max_drafter = {res['n_max_drafter']} [{res['source']}]")
+        for w, v in (res.get("workload_settings") or {}).items():
+            print(f"  workload_settings.{w} = {v}")
         emit(res)
         return 0
     res = advise(tracking.client(), recipe, workload=args.workload, temperature=args.temperature)
+    if res.get("by") == "search":  # per workload: the decision, its held-out check, the flags
+        for r in res["per_workload"]:
+            print(f"{r['line']} [{res['source']}]")
+            if r.get("llama_server"):
+                print(f"  llama-server: {r['llama_server']}")
+        for extra in (res.get("mix"), res.get("ladder")):
+            if extra:
+                print(extra)
+        emit(res)
+        return 0
     for r in res["per_workload"]:
         print(f"{r['workload']:<10} {r['recommend']:<12} (best tested: {r['best_tested']}, "
               f"{r['best_tested_speedup']:.2f}× vs plain) [{res['source']}]")

@@ -104,6 +104,28 @@ def main(argv=None) -> int:
     return 3 if args.fail_on_moved and summary["moved"] else 0
 
 
+def _decisions(results: list[dict]) -> None:
+    """The answer the main job exists for, from the k sweep's run: per workload on or off,
+    the mix, and where the chapter's ladder disagreed (02's search tags)."""
+    sweep = [r for r in results if r["notebook"] == "02_k_sweep" and r["status"] == "FINISHED" and r.get("run_id")]
+    if not sweep:
+        return
+    from labkit.provenance import tracking
+
+    try:
+        tags = tracking.client().get_run(sweep[0]["run_id"]).data.tags
+        lines = [d["line"] for d in json.loads(tags.get("search.decisions") or "[]")]
+    except Exception as e:  # noqa: BLE001 - the store went away: the summary still ends
+        progress(f"decision: not read from the store ({type(e).__name__}); labkit advise shows it")
+        return
+    if not lines:
+        return
+    progress(f"decision per workload [{sweep[0]['id']}] (labkit advise for the flags, labkit worksheet for the rest):")
+    for line in [*lines, tags.get("search.mix"), tags.get("search.ladder")]:
+        if line:
+            progress(f"  {line}")
+
+
 def _human_summary(summary: dict) -> None:
     """What a person reads at the end of the terminal: each notebook's status and IDs, what
     moved, and where the whole record is (summary.json)."""
@@ -124,6 +146,7 @@ def _human_summary(summary: dict) -> None:
                          f"{m['basis']}) vs [{comp['previous_id']}]")
             if comp["moved"] and comp.get("contended"):
                 progress(f"  note: {comp['contended']}")
+    _decisions(summary["results"])
     res = summary["results"]
     done = sum(r["status"] == "FINISHED" for r in res)
     state = "ok" if summary["ok"] else "NOT ok" + (f" ({len(summary['pending_sync'])} journal(s) not yet in the "

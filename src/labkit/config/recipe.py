@@ -12,6 +12,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,6 +120,17 @@ class Recipe:
     # (alternating which goes first), and the tolerance within which they agree (0.10: ±10%)
     crosscheck_rounds: int = 5
     crosscheck_tolerance: float = 0.10
+    # The search (protocol: search, analysis/search.py): the best-ranked fixed settings measured per
+    # workload beside k auto; the share of each workload's prompts held out to check the decision
+    # (seeded, split before anything is measured); the traffic the mix line is weighted by
+    # (workload -> share of generated tokens; None: equal shares)
+    search_candidates: int = 1
+    search_auto: bool = True  # the priced policy (recipe policy, else priced) as a candidate in every workload
+    check_share: float = 0.4
+    traffic_mix: dict | None = None
+    # per workload, the setting to deploy ("ngram k=5", "ngram k=auto", "off"), written by
+    # `labkit advise --write` from the search's decisions beside the LAB ID of the evidence
+    workload_settings: dict | None = None
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -134,7 +146,9 @@ class Recipe:
     POLICY_FIELDS = ("policy", "policy_k_max", "policy_verify", "policy_verify_rounds")
     # fields added later leave a recipe's hash as it was before them while at their defaults
     # (01's cross-check; the tool suite's sequential runs)
-    LATER_DEFAULTS = {"crosscheck_rounds": 5, "crosscheck_tolerance": 0.10, "toolsuite_min_runs": 1}
+    LATER_DEFAULTS = {"crosscheck_rounds": 5, "crosscheck_tolerance": 0.10, "toolsuite_min_runs": 1,
+                      "search_candidates": 1, "search_auto": True, "check_share": 0.4, "traffic_mix": None,
+                      "workload_settings": None}
 
     @property
     def hash(self) -> str:
@@ -152,6 +166,7 @@ class Recipe:
         "gate", "gate_window", "gate_probe_every", "ngram_min", "ngram_max", "interleave",
         "protocol", "protocol_min_speedup", "protocol_min_acceptance", "n_cpu_moe",
         "decision_margin", "decision_confidence", "aa_control", "max_runs", "budget_s",
+        "search_candidates", "search_auto", "check_share", "traffic_mix",
     )
 
     @property
@@ -191,8 +206,8 @@ class Recipe:
         if self.budget_s is not None and self.budget_s <= 0:
             bad(f"budget_s = {self.budget_s} leaves no time for even one round",
                 "use seconds of measuring per comparison > 0 (e.g. 600), or null for no time limit")
-        if self.protocol == "stepwise" and not self.aa_control:
-            bad("aa_control is off while protocol: stepwise is on: the protocol's verdicts would have no A/A "
+        if self.protocol in ("stepwise", "search") and not self.aa_control:
+            bad(f"aa_control is off while protocol: {self.protocol} is on: the protocol's verdicts would have no A/A "
                 "control to say whether this box's noise allows them",
                 "set aa_control: true (the default), or use protocol: full for figures without verdicts")
         if self.max_tokens < 1:
@@ -209,8 +224,20 @@ class Recipe:
             bad(f"interleave = {self.interleave!r}", "use interleave: random (the default) or abba")
         if any(m < 1 for m in self.verify_m):
             bad("verify_m contains a value < 1", "verify row counts start at 1")
-        if self.protocol not in ("stepwise", "full"):
-            bad(f"protocol = {self.protocol!r}", "use protocol: stepwise (the chapter's n_max protocol) or full")
+        if self.protocol not in ("search", "stepwise", "full"):
+            bad(f"protocol = {self.protocol!r}", "use protocol: search (rank by the replay, decide per workload), "
+                "stepwise (the chapter's n_max ladder alone) or full (every k)")
+        if self.search_candidates < 1:
+            bad(f"search_candidates = {self.search_candidates}: the search must measure at least one candidate",
+                "set search_candidates to 1 or more (1: the predicted best fixed k per workload, beside k auto)")
+        if not 0 < self.check_share < 1:
+            bad(f"check_share = {self.check_share} is outside (0, 1)",
+                "hold out a fraction of each workload's prompts to check the decision, e.g. check_share: 0.4")
+        mix_weights(self.traffic_mix, self.workloads, where=where)
+        for w, v in (self.workload_settings or {}).items():
+            if w not in self.workloads or not re.fullmatch(r"off|\S+ k=(auto|\d+)", str(v)):
+                bad(f"workload_settings has {w}: {v!r}", "use a workload of the recipe and a setting such as "
+                    "'ngram k=5', 'ngram k=auto' or 'off' (labkit advise --write writes them)")
         if not 0.0 <= self.protocol_min_acceptance <= 1.0:
             bad(f"protocol_min_acceptance = {self.protocol_min_acceptance} is outside [0, 1]",
                 "use e.g. protocol_min_acceptance: 0.4")
@@ -266,6 +293,29 @@ class Recipe:
             bad(f"max_busy = {self.max_busy} is outside (0, 1]",
                 "use the fraction of all CPUs other processes may take, e.g. max_busy: 0.2, or null")
         return self
+
+
+def mix_weights(mix: dict | None, workloads: list[str], *, where: str = "the recipe") -> dict[str, float]:
+    """``traffic_mix`` as workload -> share of generated tokens (None: equal shares), checked:
+    every key a workload of the recipe, every share 0 or more, the shares summing to 1."""
+    if not mix:
+        return {w: 1 / len(workloads) for w in workloads} if workloads else {}
+    if not isinstance(mix, dict):
+        raise LabkitError(f"{where}: traffic_mix = {mix!r} is not a mapping",
+                          "write it as workload: share, e.g. traffic_mix: {edit: 0.5, code: 0.5}")
+    unknown = sorted(set(mix) - set(workloads))
+    if unknown:
+        raise LabkitError(f"{where}: traffic_mix names {unknown[0]!r}, which is not one of the workloads {workloads}",
+                          f"use workloads from {workloads} in traffic_mix, or add {unknown[0]!r} to workloads")
+    for w, v in mix.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+            raise LabkitError(f"{where}: traffic_mix gives {w!r} the share {v!r}: shares are 0 or more",
+                              f"set traffic_mix.{w} to a share between 0 and 1")
+    total = float(sum(mix.values()))
+    if abs(total - 1) > 1e-6:
+        raise LabkitError(f"{where}: traffic_mix sums to {total:g}, not 1",
+                          "give each workload its share of the generated tokens so that the shares add up to 1")
+    return {w: float(mix.get(w, 0.0)) for w in workloads}
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Recipe)}

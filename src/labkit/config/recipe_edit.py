@@ -23,6 +23,8 @@ def _scalar(v) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return json.dumps(v)
+    if isinstance(v, dict):  # a flow mapping: JSON is YAML
+        return json.dumps(v, ensure_ascii=False)
     return json.dumps(str(v)) if re.search(r"[:#\[\]{},&*!|>'\"%@`]|^\s|\s$", str(v)) else str(v)
 
 

@@ -37,16 +37,21 @@ def verify_model(recipe, engine, *, progress: Progress = None) -> tuple[object, 
             f"measured now: m 1..{need}, {recipe.policy_verify_rounds} rounds at KV depth {recipe.kv_depth}")
 
 
-def policy_arms(recipe, engine, drafters: dict, *, progress: Progress = None) -> dict:
+def policy_arms(recipe, engine, drafters: dict, *, progress: Progress = None, verify: tuple | None = None,
+                policy: str | None = None) -> dict:
     """``{"<drafter>+<policy>": (drafter name, policy factory, k_max)}`` for every drafter of
-    the sweep, and ``"_verify_source"``; ``{}`` when the recipe has no policy."""
-    if recipe.policy is None or not drafters:
+    the sweep, and ``"_verify_source"``; ``{}`` when the recipe has no policy and ``policy``
+    (the search's k auto candidate) names none. ``verify``: (a verify(m) model up to
+    policy_k_max + 1, where it came from) the caller has measured already on this engine
+    (02's own), instead of measuring it again."""
+    name_of = policy or recipe.policy
+    if name_of is None or not drafters:
         return {}
-    vm, source = verify_model(recipe, engine, progress=progress)
+    vm, source = verify if verify is not None else verify_model(recipe, engine, progress=progress)
     out: dict = {"_verify_source": source}
     for name, d in drafters.items():
-        out[f"{name}+{recipe.policy}"] = (name, lambda d=d: runtime.make_policy(recipe, d, verify=vm),
-                                          recipe.policy_k_max)
+        out[f"{name}+{name_of}"] = (name, lambda d=d: runtime.make_policy(recipe, d, verify=vm, name=name_of),
+                                    recipe.policy_k_max)
     return out
 
 

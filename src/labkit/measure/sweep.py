@@ -72,6 +72,7 @@ def k_sweep(
     control: bool = False,
     first_round: int | None = None,
     policies: dict | None = None,
+    arm_list: list[tuple[str, int]] | None = None,
 ) -> pd.DataFrame:
     """Measure every arm on every prompt; ``prompts`` are ``workloads.Prompt`` objects.
 
@@ -85,13 +86,16 @@ def k_sweep(
     ``first_round`` measures rounds first_round..runs only (sequential measuring adds one
     round at a time); ``control`` adds the A/A arm (drafter ``"aa"``, k 0: a second plain
     arm, interleaved like the others, so plain vs plain is judged with the same machinery).
+    ``arm_list`` names the speculative (drafter, k) arms to measure instead of every
+    drafter at every k of ``ks`` (the search measures a few chosen settings per workload).
     """
     spec_ks = [k for k in ks if k > 0]
     # policy arms (``measure.policy_arm``): "<drafter>+<policy>" at the policy's k_max, no gate
     policies = arms_only(policies or {})
-    arm_set = ([("none", 0)] + ([(AA, 0)] if control else []) + [(d, k) for d in drafters for k in spec_ks]
+    fixed = [(d, int(k)) for d, k in arm_list] if arm_list is not None else [(d, k) for d in drafters for k in spec_ks]
+    arm_set = ([("none", 0)] + ([(AA, 0)] if control else []) + fixed
                + [(name, int(kmax)) for name, (_, _, kmax) in policies.items()])
-    k_rows = max([*ks, *(int(kmax) for _, _, kmax in policies.values())])
+    k_rows = max([*ks, *(k for _, k in fixed), *(int(kmax) for _, _, kmax in policies.values())])
 
     def arm_key(p, temp, r, name, k):
         return arms.key(*([key_prefix] if key_prefix else []), p.id, f"T{temp:g}", f"r{r}", name, f"k{k}")

@@ -9,6 +9,8 @@ import os
 import stat
 from pathlib import Path
 
+import pandas as pd
+
 from labkit.errors import LabkitError
 from labkit.provenance import tracking
 from labkit.report.candidate import candidate  # noqa: F401 - the tool-suite candidate, re-exported
@@ -16,7 +18,11 @@ from labkit.report.queries import load_table, source_run
 
 
 def advise(c, recipe, *, workload: str | None = None, temperature: float = 0.0) -> dict:
-    """The recommended k per workload from the newest k sweep: a lookup, not an opinion.
+    """The recommended setting per workload from the newest k sweep: a lookup, not an opinion.
+
+    A sweep that ran the search (02's ``protocol: search``) is read from its decisions: per
+    workload on (the setting, its end-to-end ratio with its interval, the held-out check,
+    the llama-server flags) or off, the mix, and where the chapter's ladder disagreed.
 
     A k is recommended only when its verdict is "wins" (its CI above 1 + the recipe's margin,
     judged at 1 - alpha/S for the S values of k it was picked from); "no measurable
@@ -25,6 +31,8 @@ def advise(c, recipe, *, workload: str | None = None, temperature: float = 0.0) 
     from labkit.analysis.sweep_tables import best_k, global_default
 
     run, lab_id = source_run(c, "02_k_sweep", recipe)
+    if run.data.tags.get("search.decisions") and temperature == 0.0:
+        return _search_advice(c, run, lab_id, recipe, workload)
     cells = load_table(c, run, "sweep-cells")
     cells = cells[cells["temperature"] == temperature]
     try:
@@ -60,6 +68,45 @@ def advise(c, recipe, *, workload: str | None = None, temperature: float = 0.0) 
             # policy) the fixed flags closest to what it did
             "policy": ({"line": tags["policy.line"], "llama_server_flags": tags.get("policy.llama_server_flags")}
                        if tags.get("policy.line") else None)}
+
+
+def setting_text(r: dict) -> str:
+    """A workload's setting as the recipe's ``workload_settings`` writes it: "ngram k=5",
+    "ngram k=auto" or "off"."""
+    if r["k"] <= 0 or r.get("drafter") is None:
+        return "off"
+    if r.get("policy"):
+        return f"{str(r['drafter']).split('+')[0]} k=auto"
+    return f"{r['drafter']} k={int(r['k'])}"
+
+
+def _search_advice(c, run, lab_id: str, recipe, workload: str | None) -> dict:
+    """``advise`` from the search's decisions table (one row per workload)."""
+    table = load_table(c, run, "search-decisions")
+    if workload:
+        table = table[table["workload"] == workload]
+        if table.empty:
+            raise LabkitError(f"the sweep has no workload {workload!r}",
+                              f"measured: {', '.join(sorted(load_table(c, run, 'search-decisions')['workload']))}")
+    from labkit.analysis.search import final_line
+
+    rows = []
+    for d in table.to_dict("records"):
+        on = d["final"] == "on"
+        d["check_inside"] = None if pd.isna(d.get("check_inside")) else bool(d["check_inside"])
+        rows.append({"workload": d["workload"], "recommend": d["label"] if on else "disable",
+                     "drafter": d["drafter"] if on else None, "k": int(d["k"]) if on else 0,
+                     "policy": bool(d["policy"]) if on else False,
+                     "speedup": float(d["ratio"]) if on else 1.0, "lo": d["lo"], "hi": d["hi"],
+                     "verdict": d["verdict"], "best_tested": d["label"],
+                     "best_tested_speedup": float(d["ratio"]) if d["ratio"] == d["ratio"] else None,
+                     "check": d["check"], "llama_server": d["llama_server"] if on else None,
+                     "line": final_line(d)})
+    tags = run.data.tags
+    return {"recipe": recipe.name, "recipe_hash": recipe.hash, "source": lab_id, "temperature": 0.0,
+            "by": "search", "per_workload": rows, "global_default": None,
+            "mix": tags.get("search.mix") if workload is None else None, "ladder": tags.get("search.ladder") or None,
+            "policy": None}
 
 
 def best_for(c, recipe, workload: str) -> dict:
@@ -135,6 +182,10 @@ def write_winner(c, recipe) -> dict:
     fields = {"n_max": int(win["k"]), "n_max_drafter": win["drafter"]}
     note = (f"[{win['source']}] stepwise protocol winner, written by labkit advise --write"
             if win["k"] > 0 else f"[{win['source']}] the protocol found no winning k: disable")
+    if win.get("by") == "search":  # the search decides per workload: write each workload's setting too
+        per = advise(c, recipe)["per_workload"]
+        fields["workload_settings"] = {r["workload"]: setting_text(r) for r in per}
+        note = f"[{win['source']}] the search's decisions, written by labkit advise --write"
     after = set_fields(before, fields, comment=note, where=str(path))
     path.write_text(after)
     try:

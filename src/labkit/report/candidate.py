@@ -30,8 +30,10 @@ def candidate(c, recipe, sweep: evidence.Sweep | None = None) -> dict:
     if sw.winner and sw.winner.get("k") is not None:
         src = sw.winner.get("source") or sw.id
         if int(sw.winner["k"]) > 0:
+            how = ("the search's fastest fixed setting turned on (each workload's own: item 7)"
+                   if sw.winner.get("by") == "search" else "the stepwise protocol's winner")
             return _with_why({"drafter": sw.winner.get("drafter") or first, "k": int(sw.winner["k"]),
-                              "how": f"the stepwise protocol's winner [{src}]", "source": src})
+                              "how": f"{how} [{src}]", "source": src})
         lost = first_loss(sw.steps)
         if lost is not None:  # no winner: judge the first step the protocol measured, so the reject is shown
             return _with_why({"drafter": lost["drafter"], "k": lost["k"], "source": src,

@@ -79,6 +79,9 @@ SHORT = (  # the short field worksheet: (item, accounting rows it is drawn from)
 )
 
 
+DECISION_FOR = "decision for "  # the search's rows, one per workload (and the mix), after item 7
+
+
 def _spread(d: dict | None, unit: str = "", n_key: str = "runs") -> str:
     if not d:
         return ""
@@ -173,12 +176,23 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
     spec = decision.speculation_words(sw.cells, cand, steps=sw.steps, stopped=sw.stopped,
                                       configured=getattr(recipe, "n_max", None), e2e=e2e) if sw.cells is not None else None
     said = f"{word}: {d} n_max={k}" + (f" ({'; '.join(why)})" if why else "")
+    searched = evidence.json_tag(t, "search.decisions")
+    if isinstance(searched, list):  # the search decided per workload: its lines follow item 7
+        spec_text = "per workload, below"
     # the speculation word in full only where it adds to the decision (not the same CI said twice)
-    spec_text = (spec["text"].split(":")[0] if spec and e2e and e2e["text"] in spec["text"] and e2e["text"] in said
-                 else spec["text"] if spec else None)
+    else:
+        spec_text = (spec["text"].split(":")[0] if spec and e2e and e2e["text"] in spec["text"]
+                     and e2e["text"] in said else spec["text"] if spec else None)
     add(ITEMS[10], "-", said,
         (f"owner: {owner}" if owner else evidence.no_data("no owner: set recipe field owner or pass --owner"))
         + (f"; speculation: {spec_text}" if spec_text else ""), sid)
+    for x in searched if isinstance(searched, list) else []:
+        add(f"{DECISION_FOR}{x['workload']}", "off", x["line"],
+            f"llama-server: {x['llama_server']}" if x.get("llama_server") else "", sid)
+    if isinstance(searched, list):
+        add(f"{DECISION_FOR}the mix", "1.00×", t.get("search.mix") or evidence.no_data("no mix line"), "", sid)
+        if t.get("search.ladder"):
+            add(f"{DECISION_FOR}the ladder vs the search", "-", t["search.ladder"], "", sid)
     term = decision.dominant_term(sw.pred, d, k)
     add(ITEMS[11], "-", term or evidence.no_data(f"no cost-model row for {d} n_max={k}"), "", sid)
     power = evidence.newest(c, "05_power", recipe)
@@ -323,6 +337,9 @@ def field_sheet(rows: list[dict]) -> list[dict]:
             if r["source"] and r["source"] not in srcs:
                 srcs.append(r["source"])
         out.append({"item": item, "value": " | ".join(vals), "source": ", ".join(srcs) or None})
+        if item.startswith("7."):  # the search's per-workload decisions, each its own line
+            out += [{"item": f"   {r['item'][len(DECISION_FOR):]}", "value": r["candidate"], "source": r["source"]}
+                    for r in rows if r["item"].startswith(DECISION_FOR)]
     return out
 
 
