@@ -46,6 +46,7 @@ protocol = None  # "search" (rank, decide per workload, check), "stepwise" (the 
 search_candidates = None  # the best-ranked fixed settings measured per workload, beside k auto
 check_share = None  # the share of each workload's prompts held out to check the decision
 traffic_mix = None  # workload -> share of the tokens, for the mix line (None: equal)
+policy_k_max = None  # the longest draft k auto may choose
 decision_margin = None  # the ±band that counts as no measurable difference (0.02: ±2%)
 decision_confidence = None  # the CI level (0.95)
 aa_control = None  # the A/A arm: a second plain arm (true by default; off only with protocol "full")
