@@ -29,6 +29,13 @@
 #   LABKIT_TEAM_OPEN       1: serve a non-loopback address without auth anyway (logged)
 #   LABKIT_TEAM_ADMIN_PASSWORD_FILE  the admin password to use on first start (default: one
 #                          is generated into $DIR/auth/admin.password, mode 0600)
+#   LABKIT_TEAM_TLS        1: serve HTTPS with a self-signed trial certificate ($DIR/tls/cert.pem,
+#                          made on first start; LABKIT_TEAM_TLS_NAMES adds names, "DNS:a,IP:b")
+#   LABKIT_TEAM_TLS_CERT, LABKIT_TEAM_TLS_KEY  serve HTTPS with the operator's certificate
+#   LABKIT_NGINX           the nginx executable (default: nginx on PATH, Debian's nginx-light)
+#
+# TLS: nginx (Debian's) terminates it on $HOST:$PORT and proxies to mlflow on a loopback port
+# of its own ($RUN/mlflow.port); the auth rules apply to $HOST, the address clients reach.
 #
 # Auth: $DIR/auth/ (0700) holds auth.ini (0600: MLflow's auth config; its admin_password is
 # read once, to create the admin user), admin.password and flask.secret (0600). The users
@@ -72,10 +79,71 @@ DB_URI="postgresql+psycopg2://labkit@/mlflow?host=$RUN"
 AUTH_DB_URI="postgresql+psycopg2://labkit@/mlflow_auth?host=$RUN"
 AUTH=$DIR/auth
 
+TLS_CERT=${LABKIT_TEAM_TLS_CERT:-} TLS_KEY=${LABKIT_TEAM_TLS_KEY:-}
+PROXY=$DIR/proxy PROXY_PID=$RUN/nginx.pid INNER_PORT=$RUN/mlflow.port
+tls_on() { [ -n "$TLS_CERT" ] || [ "${LABKIT_TEAM_TLS:-0}" = 1 ]; }
+proxy_alive() { [ -f "$PROXY_PID" ] && kill -0 "$(cat "$PROXY_PID")" 2>/dev/null; }
 mlflow_alive() { [ -f "$MLFLOW_PID" ] && kill -0 "$(cat "$MLFLOW_PID")" 2>/dev/null; }
 pg_alive() { [ -f "$PGDATA/postmaster.pid" ] && as_pg "$(pg_bin)/pg_ctl" -D "$PGDATA" status >/dev/null 2>&1; }
-url() { local h=$HOST; [ "$h" = 0.0.0.0 ] && h=127.0.0.1; echo "http://$h:$PORT"; }
-healthy() { "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/health", timeout=2)' "$(url)" 2>/dev/null; }
+url() { local h=$HOST s=http; [ "$h" = 0.0.0.0 ] && h=127.0.0.1; tls_on && s=https; echo "$s://$h:$PORT"; }
+# The operator's own liveness probe on its own address: it checks that the server answers,
+# not the certificate (clients check that, with MLFLOW_TRACKING_SERVER_CERT_PATH).
+healthy() { "$PY" -c 'import ssl, sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/health", timeout=2, context=ssl._create_unverified_context())' "$(url)" 2>/dev/null; }
+
+# The certificate nginx serves: the operator's, else a self-signed trial one made once.
+tls_files() {
+    if [ -n "$TLS_CERT" ]; then
+        [ -r "$TLS_CERT" ] && [ -r "$TLS_KEY" ] || die "LABKIT_TEAM_TLS_CERT and LABKIT_TEAM_TLS_KEY must both name readable files" \
+            "set both to the PEM files of the certificate (its chain appended) and its private key"
+        CERT=$TLS_CERT KEY=$TLS_KEY; return
+    fi
+    CERT=$DIR/tls/cert.pem KEY=$DIR/tls/key.pem
+    [ -f "$CERT" ] && return
+    (umask 077; mkdir -p "$DIR/tls")
+    openssl req -x509 -newkey rsa:2048 -nodes -days 90 -subj "/CN=labkit team server (SELF-SIGNED TRIAL)" \
+        -addext "subjectAltName=DNS:localhost,IP:127.0.0.1,DNS:$(hostname)${LABKIT_TEAM_TLS_NAMES:+,$LABKIT_TEAM_TLS_NAMES}" \
+        -keyout "$KEY" -out "$CERT" 2>>"$LOGS/nginx.log" || die "openssl could not make a certificate" "see $LOGS/nginx.log"
+    chmod 644 "$CERT"
+    log "SELF-SIGNED TRIAL certificate $CERT (90 days): clients set MLFLOW_TRACKING_SERVER_CERT_PATH to a copy of it;"
+    log "  for a real team give LABKIT_TEAM_TLS_CERT and LABKIT_TEAM_TLS_KEY"
+}
+
+# nginx in front of mlflow: TLS on $HOST:$PORT, everything streamed through (artifacts of any
+# size), its temporary files and pid under $DIR.
+start_proxy() {
+    local nginx=${LABKIT_NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+    [ -x "$nginx" ] || die "nginx not found (it serves TLS)" "run scripts/system-deps.sh (Debian package nginx-light), or set LABKIT_NGINX"
+    mkdir -p "$PROXY"
+    local listen=$HOST; [[ $listen == *:* ]] && listen="[$listen]"
+    cat >"$PROXY/nginx.conf" <<EOF
+# written by scripts/team-server.sh on each start
+pid $PROXY_PID;
+error_log $LOGS/nginx.log warn;
+events { worker_connections 512; }
+http {
+    access_log off;
+    client_body_temp_path $PROXY/body; proxy_temp_path $PROXY/proxy; fastcgi_temp_path $PROXY/fastcgi;
+    uwsgi_temp_path $PROXY/uwsgi; scgi_temp_path $PROXY/scgi;
+    client_max_body_size 0;
+    server {
+        listen $listen:$PORT ssl;
+        ssl_certificate $CERT;
+        ssl_certificate_key $KEY;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        location / {
+            proxy_pass http://127.0.0.1:$(cat "$INNER_PORT");
+            proxy_set_header Host \$http_host;
+            proxy_set_header X-Forwarded-Proto https;
+            proxy_set_header X-Forwarded-For \$remote_addr;
+            proxy_request_buffering off;
+            proxy_buffering off;
+            proxy_read_timeout 600s;
+        }
+    }
+}
+EOF
+    "$nginx" -e "$LOGS/nginx.log" -c "$PROXY/nginx.conf" || die "nginx did not start" "see $LOGS/nginx.log"
+}
 
 start_postgres() {
     local bin; bin=$(pg_bin)
@@ -182,6 +250,7 @@ start() {
     # Before anything starts: refuse an open non-loopback bind, or a weak admin password.
     local use_auth=0
     if auth_on; then use_auth=1; setup_auth; fi
+    if tls_on; then mkdir -p "$LOGS"; tls_files; fi  # the operator's files readable, or a trial one made
     start_postgres
     mkdir -p "$LOGS"
     [[ $ARTIFACTS == *://* ]] || mkdir -p "$ARTIFACTS"
@@ -190,6 +259,13 @@ start() {
     # Job execution off: it starts ~7 huey consumers (~230 MB each) labkit never uses.
     # Split on spaces but never glob: "--allowed-hosts localhost:*" must stay as written.
     local extra=(); read -ra extra <<<"${LABKIT_TEAM_EXTRA_ARGS:-}"
+    local bind=$HOST port=$PORT
+    if tls_on; then  # mlflow on a loopback port of its own, nginx on $HOST:$PORT
+        bind=127.0.0.1
+        "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' >"$INNER_PORT"
+        port=$(cat "$INNER_PORT")
+        start_proxy
+    fi
     if [ "$use_auth" = 1 ]; then
         extra+=(--app-name basic-auth)
         echo "[team-server] $(date -u +%FT%TZ) start on $HOST:$PORT with basic auth ($AUTH/auth.ini)" >>"$LOGS/mlflow.log"
@@ -208,7 +284,7 @@ start() {
         export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}
         exec setsid "$MLFLOW" server --backend-store-uri "$DB_URI" \
             --serve-artifacts --artifacts-destination "$ARTIFACTS" \
-            --host "$HOST" --port "$PORT" --workers "${LABKIT_TEAM_WORKERS:-2}" \
+            --host "$bind" --port "$port" --workers "${LABKIT_TEAM_WORKERS:-2}" \
             ${extra[@]+"${extra[@]}"}
     ) >>"$LOGS/mlflow.log" 2>&1 </dev/null &
     echo $! >"$MLFLOW_PID"
@@ -223,6 +299,13 @@ start() {
 }
 
 stop() {
+    if proxy_alive; then
+        local ppid; ppid=$(cat "$PROXY_PID")
+        kill -QUIT "$ppid" 2>/dev/null || true
+        for _ in $(seq 20); do kill -0 "$ppid" 2>/dev/null || break; sleep 0.5; done
+        kill -KILL "$ppid" 2>/dev/null || true
+    fi
+    rm -f "$PROXY_PID"
     if [ -f "$MLFLOW_PID" ]; then
         local pid; pid=$(cat "$MLFLOW_PID")
         # TERM the leader only: mlflow forwards it to uvicorn, which stops its workers in
@@ -240,6 +323,7 @@ stop() {
 status() {
     local rc=0
     if mlflow_alive; then log "mlflow: pid $(cat "$MLFLOW_PID"), $(url)"; else log "mlflow: not running"; rc=3; fi
+    if proxy_alive; then log "nginx (TLS): pid $(cat "$PROXY_PID")"; fi
     if pg_alive; then log "postgres: running, $DB_URI"; else log "postgres: not running"; rc=3; fi
     return $rc
 }
@@ -247,7 +331,8 @@ status() {
 # --- backup and restore ------------------------------------------------------------------------
 # One archive, labkit-team-<UTC stamp>.tar.gz (mode 0600: it holds the users' password hashes
 # and the admin password): mlflow.dump and mlflow_auth.dump (pg_dump -Fc: each one consistent
-# snapshot, taken while the server runs), then artifacts.tar and auth.tar. The dumps come
+# snapshot, taken while the server runs), then artifacts.tar, auth.tar and tls.tar (a trial
+# certificate clients already trust). The dumps come
 # first: every artifact a dumped run had by then is in the tar. MANIFEST.json names the MLflow
 # version and its database schema (alembic revision); SHA256SUMS covers every other member.
 psql_q() { as_pg "$(pg_bin)/psql" -h "$RUN" -U labkit -d "$1" -tAc "$2"; }
@@ -270,6 +355,7 @@ backup() {
     [ "$started" = 1 ] && as_pg "$bin/pg_ctl" -D "$PGDATA" -m fast -w -t 60 stop >/dev/null
     tar -C "$ARTIFACTS" -cf "$stage/artifacts.tar" .
     if [ -d "$AUTH" ]; then tar -C "$AUTH" -cf "$stage/auth.tar" .; fi
+    if [ -d "$DIR/tls" ]; then tar -C "$DIR/tls" -cf "$stage/tls.tar" .; fi  # a trial certificate clients trust
     (cd "$stage" && sha256sum -- *.dump *.tar >SHA256SUMS)
     "$PY" - "$stage" "$schema" "$stamp" <<'PY'
 import json, sys
@@ -324,7 +410,7 @@ PY
     esac
     local aside; aside=$DIR/before-restore-$(date -u +%Y%m%dT%H%M%SZ)
     local what
-    for what in "$PGDATA" "$ARTIFACTS" "$AUTH"; do
+    for what in "$PGDATA" "$ARTIFACTS" "$AUTH" "$DIR/tls"; do
         [ -e "$what" ] || continue
         mkdir -p "$aside"; mv "$what" "$aside/"
     done
@@ -344,6 +430,7 @@ PY
         # the users' database is this folder's now, wherever the backup was made
         sed -i "s#^database_uri = .*#database_uri = $AUTH_DB_URI#" "$AUTH/auth.ini"
     fi
+    if [ -f "$stage/tls.tar" ]; then (umask 077; mkdir -p "$DIR/tls"; tar -C "$DIR/tls" -xf "$stage/tls.tar"); fi
     if [ "$want" = older ]; then
         log "the backup's schema is older than this MLflow's: mlflow db upgrade"
         start_postgres

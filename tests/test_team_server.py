@@ -1,7 +1,9 @@
 """The team server admits only its team and survives a lost disk.
 
 A real PostgreSQL + `mlflow server --app-name basic-auth` on 127.0.0.1, started as
-`make team-server` starts it (scripts/team-server.sh, auth on), always stopped. Users are
+`make team-server` starts it (scripts/team-server.sh, auth on), always stopped; behind
+nginx with a self-signed trial certificate (LABKIT_TEAM_TLS=1) where nginx is installed,
+so every client below, the reproduction included, speaks HTTPS and verifies it. Users are
 made with `labkit team user add`. What is checked: no credentials, no access (runs,
 artifacts); a reader reads but never writes; an editor never deletes another's experiment;
 an open non-loopback bind and a weak admin password are refused before anything starts;
@@ -26,12 +28,13 @@ import pytest
 import requests
 
 import tiny
-from test_team import _postgres_missing, tracking_client
+from test_team import team_data_dir, team_script_env, tracking_client
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "team-server.sh"
 TINY = tiny.as_cli({**tiny.FAST_01, "cost_models": []})
-CREDS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "NETRC")
+CREDS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "NETRC", "MLFLOW_TRACKING_SERVER_CERT_PATH")
+NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")
 
 
 def _free_port() -> int:
@@ -42,10 +45,8 @@ def _free_port() -> int:
 
 def _script_env(d: Path, port: int, **extra) -> dict:
     # PYTHONPATH: the server's workers import this checkout's labkit.provenance.auth_policy
-    env = {k: v for k, v in os.environ.items() if k not in CREDS}
-    return {**env, "LABKIT_TEAM_DIR": str(d), "LABKIT_TEAM_PORT": str(port), "LABKIT_TEAM_WAIT": "240",
-            "LABKIT_MLFLOW": str(Path(sys.executable).with_name("mlflow")), "LABKIT_TEAM_WORKERS": "2",
-            "PYTHONPATH": str(ROOT / "src"), **extra}
+    env = team_script_env(d, port, PYTHONPATH=str(ROOT / "src"), LABKIT_TEAM_WORKERS="1", **extra)
+    return {k: v for k, v in env.items() if k not in CREDS}
 
 
 def _script(*args, env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -66,9 +67,11 @@ class Team:
     """The server, its folder and each role's credentials (read from the netrc files
     `labkit team user add` wrote)."""
 
-    def __init__(self, d: Path, port: int):
-        self.d, self.port, self.url = d, port, f"http://127.0.0.1:{port}"
-        self.script_env = _script_env(d, port, LABKIT_TEAM_AUTH="1")
+    def __init__(self, d: Path, port: int, *, tls: bool):
+        self.d, self.port, self.url = d, port, f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+        self.cert = str(d / "tls" / "cert.pem") if tls else None
+        self.verify = self.cert or True  # what requests checks the server's certificate against
+        self.script_env = _script_env(d, port, LABKIT_TEAM_AUTH="1", LABKIT_TEAM_TLS="1" if tls else "0")
         self.creds: dict[str, tuple[str, str]] = {}
         self.netrc: dict[str, str] = {}
 
@@ -78,10 +81,14 @@ class Team:
         self.netrc[name] = json.loads(r.stdout.strip().splitlines()[-1])["credentials"]
         self.creds[name] = _netrc(self.netrc[name])
 
-    def env(self, name: str | None, **extra) -> dict:
-        """A client's environment: ``name``'s credentials in MLflow's variables (None: none)."""
+    def env(self, name: str | None, *, trust: bool = True, **extra) -> dict:
+        """A client's environment: ``name``'s credentials in MLflow's variables (None: none);
+        ``trust``: it names the server's certificate."""
         env = {k: v for k, v in os.environ.items() if k not in CREDS}
-        env.update(PYTHONPATH=str(ROOT / "src"), LABKIT_ROOT=str(ROOT), MLFLOW_TRACKING_URI=self.url, **extra)
+        env.update(PYTHONPATH=str(ROOT / "src"), LABKIT_ROOT=str(ROOT), MLFLOW_TRACKING_URI=self.url)
+        if self.cert and trust:
+            env["MLFLOW_TRACKING_SERVER_CERT_PATH"] = self.cert
+        env.update(extra)
         if name:
             env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"] = self.creds[name]
         return env
@@ -90,6 +97,8 @@ class Team:
         monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", self.creds[name][0])
         monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", self.creds[name][1])
         monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        if self.cert:
+            monkeypatch.setenv("MLFLOW_TRACKING_SERVER_CERT_PATH", self.cert)
         return tracking_client(self.url)
 
     def start(self) -> None:
@@ -103,12 +112,8 @@ class Team:
 
 @pytest.fixture(scope="module")
 def team():
-    why = _postgres_missing()
-    if why:
-        pytest.skip(why)
-    d = Path(tempfile.mkdtemp(prefix="lkauth.", dir="/tmp"))  # short: the socket path is bounded
-    d.chmod(0o755)  # the postgres user walks into it
-    t = Team(d, _free_port())
+    d = team_data_dir("lkauth.")
+    t = Team(d, _free_port(), tls=NGINX is not None)
     try:
         t.start()
         assert (d / "auth" / "admin.password").stat().st_mode & 0o777 == 0o600
@@ -143,15 +148,16 @@ def test_without_credentials_nothing_is_read_or_written(team, monkeypatch):
     run = c.create_run(exp)
     c.log_text(run.info.run_id, "evidence", "notes/a.txt")
     art = f"/api/2.0/mlflow-artifacts/artifacts/{exp}/{run.info.run_id}/artifacts/notes/a.txt"
+    v = team.verify
     refused = {
-        "create a run": requests.post(team.url + "/api/2.0/mlflow/runs/create", json={"experiment_id": exp}),
-        "read a run": requests.get(team.url + "/api/2.0/mlflow/runs/get", params={"run_id": run.info.run_id}),
-        "fetch an artifact": requests.get(team.url + art),
-        "a wrong password": requests.get(team.url + art, auth=(team.creds["rita"][0], "not-it")),
+        "create a run": requests.post(team.url + "/api/2.0/mlflow/runs/create", json={"experiment_id": exp}, verify=v),
+        "read a run": requests.get(team.url + "/api/2.0/mlflow/runs/get", params={"run_id": run.info.run_id}, verify=v),
+        "fetch an artifact": requests.get(team.url + art, verify=v),
+        "a wrong password": requests.get(team.url + art, auth=(team.creds["rita"][0], "not-it"), verify=v),
     }
     assert {k: r.status_code for k, r in refused.items()} == dict.fromkeys(refused, 401)
-    assert requests.get(team.url + art, auth=team.creds["rita"]).text == "evidence"  # a reader reads it
-    assert requests.get(team.url + "/health").status_code == 200
+    assert requests.get(team.url + art, auth=team.creds["rita"], verify=v).text == "evidence"  # a reader reads it
+    assert requests.get(team.url + "/health", verify=v).status_code == 200
     # labkit says which variable to set, and never shows a password
     r = _cli(["show", "LAB:01-abcdef-zzzzz"], env=team.env(None))
     assert r.returncode == 2 and "401" in r.stderr and "MLFLOW_TRACKING_USERNAME" in r.stderr, r.stderr
@@ -218,6 +224,24 @@ def test_a_reader_shows_compares_and_regens_but_never_logs(team, reproduction):
     r = _cli(["reproduce", "--only", "01_cost_fit", *TINY, "--json", "--out", str(reproduction["out"] / "rita")],
              env=team.env("rita"), timeout=600)
     assert r.returncode == 2 and "403 permission denied" in r.stderr and "--role editor" in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_over_tls_a_client_that_does_not_trust_the_certificate_is_told_the_fix(team):
+    if team.cert is None:
+        pytest.skip("nginx is not installed: apt-get install -y nginx-light (or scripts/system-deps.sh)")
+    import ssl
+
+    subject = ssl._ssl._test_decode_cert(team.cert)["subject"]
+    assert "SELF-SIGNED TRIAL" in str(subject)
+    with pytest.raises(requests.exceptions.SSLError):
+        requests.get(team.url + "/health")  # the system's trust store does not know it
+    r = _cli(["show", "LAB:01-abcdef-zzzzz"], env=team.env("rita", trust=False))
+    assert r.returncode == 2 and "does not verify" in r.stderr and "MLFLOW_TRACKING_SERVER_CERT_PATH" in r.stderr, \
+        r.stderr[-2000:]
+    assert team.creds["rita"][1] not in r.stderr
+    # plain HTTP to the TLS port gets nothing from mlflow
+    assert requests.get(team.url.replace("https:", "http:") + "/health").status_code == 400
 
 
 # -- backup, lose the disk, restore ---------------------------------------------------------------

@@ -75,9 +75,10 @@ def auth_error(e: BaseException, uri: str | None = None) -> LabkitError | None:
     for x in _chain(e):
         code, text = getattr(x, "error_code", None), str(x)
         if code == "UNAUTHENTICATED" or "error code 401" in text:
-            who = f"user {user!r} (MLFLOW_TRACKING_USERNAME)" if user else "no user (MLFLOW_TRACKING_USERNAME is unset)"
-            return LabkitError(f"the tracking server at {uri} refused the credentials of {who}: 401 not authenticated",
-                               _CREDENTIALS + ("; check the password (MLFLOW_TRACKING_PASSWORD)" if user else ""))
+            who = (f"user {user!r} (MLFLOW_TRACKING_USERNAME): wrong password, or no such user" if user else
+                   "MLFLOW_TRACKING_USERNAME is unset and no ~/.netrc line signed in")
+            return LabkitError(f"the tracking server at {uri} asks for a user and password (401 not authenticated): {who}",
+                               _CREDENTIALS)
         if code == "PERMISSION_DENIED" or "error code 403" in text:
             m = re.search(r"endpoint (\S+)", text)
             return LabkitError(
@@ -91,7 +92,7 @@ def auth_error(e: BaseException, uri: str | None = None) -> LabkitError | None:
                 f"the certificate of the tracking server at {uri} does not verify"
                 + (f" against MLFLOW_TRACKING_SERVER_CERT_PATH={cert}" if cert else ""),
                 "set MLFLOW_TRACKING_SERVER_CERT_PATH to the server's certificate (its operator's file, or "
-                "auth/tls/cert.pem under the server's LABKIT_TEAM_DIR for a self-signed trial)")
+                "tls/cert.pem under the server's LABKIT_TEAM_DIR for a self-signed trial)")
     return None
 
 

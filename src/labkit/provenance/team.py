@@ -36,10 +36,11 @@ def team_dir() -> Path:
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "labkit/team-server"
 
 
-def team_url() -> str:
+def team_url(d: Path) -> str:
     """The server as its own host reaches it: ``$LABKIT_TEAM_URL``, else loopback on
-    ``$LABKIT_TEAM_PORT`` (5005)."""
-    return os.environ.get("LABKIT_TEAM_URL") or f"http://127.0.0.1:{os.environ.get('LABKIT_TEAM_PORT', '5005')}"
+    ``$LABKIT_TEAM_PORT`` (5005), over HTTPS while the server's TLS proxy runs (its pid file)."""
+    scheme = "https" if (d / "run" / "nginx.pid").exists() else "http"
+    return os.environ.get("LABKIT_TEAM_URL") or f"{scheme}://127.0.0.1:{os.environ.get('LABKIT_TEAM_PORT', '5005')}"
 
 
 def admin_password(d: Path) -> str:
@@ -60,15 +61,18 @@ def _check_name(name: str) -> None:
                           "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (not 'admin')")
 
 
-def _request(url: str, method: str, path: str, auth: tuple[str, str], body: dict):
+def _request(url: str, method: str, path: str, auth: tuple[str, str], body: dict, *, d: Path):
+    """One admin request; the certificate checked against MLFLOW_TRACKING_SERVER_CERT_PATH, else
+    the server's own self-signed trial one (``tls/cert.pem``) when it has one, else the system's."""
     import requests
 
-    verify = os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or True
+    trial = d / "tls" / "cert.pem"
+    verify = os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or (str(trial) if trial.is_file() else True)
     try:
         return requests.request(method, url.rstrip("/") + path, json=body, auth=auth, timeout=30, verify=verify)
     except requests.exceptions.SSLError as e:
         raise LabkitError(f"the certificate of {url} does not verify ({str(e)[:160]})",
-                          "set MLFLOW_TRACKING_SERVER_CERT_PATH to the server's certificate (auth/tls/cert.pem)") from e
+                          "set MLFLOW_TRACKING_SERVER_CERT_PATH to the certificate the server was started with") from e
     except requests.exceptions.ConnectionError as e:
         raise LabkitError(f"the team server at {url} does not answer",
                           "start it (`make team-server`), or set LABKIT_TEAM_URL / LABKIT_TEAM_PORT to where it runs") from e
@@ -81,10 +85,11 @@ def add_user(name: str, role: str, *, url: str | None = None, d: Path | None = N
     if role not in ROLES:
         raise LabkitError(f"no role {role!r}", f"use one of {', '.join(ROLES)}")
     _check_name(name)
-    url, d = url or team_url(), d or team_dir()
+    d = d or team_dir()
+    url = url or team_url(d)
     auth = (ADMIN, admin_password(d))
     password = password or secrets.token_urlsafe(18)
-    r = _request(url, "POST", "/api/2.0/mlflow/users/create", auth, {"username": name, "password": password})
+    r = _request(url, "POST", "/api/2.0/mlflow/users/create", auth, {"username": name, "password": password}, d=d)
     if r.status_code == 401:
         raise LabkitError(f"the server at {url} refused the admin password in {d / 'auth' / 'admin.password'}",
                           "point LABKIT_TEAM_DIR at the folder of the server that LABKIT_TEAM_URL / LABKIT_TEAM_PORT names")
@@ -97,9 +102,9 @@ def add_user(name: str, role: str, *, url: str | None = None, d: Path | None = N
     if role == "editor":
         kind, pattern, perm = EDITOR_GRANT
         r = _request(url, "POST", "/api/3.0/mlflow/users/permissions/grant", auth,
-                     {"username": name, "resource_type": kind, "resource_id": pattern, "permission": perm})
+                     {"username": name, "resource_type": kind, "resource_id": pattern, "permission": perm}, d=d)
     elif role == "admin":
-        r = _request(url, "PATCH", "/api/2.0/mlflow/users/update-admin", auth, {"username": name, "is_admin": True})
+        r = _request(url, "PATCH", "/api/2.0/mlflow/users/update-admin", auth, {"username": name, "is_admin": True}, d=d)
     if r.status_code != 200:
         raise LabkitError(f"user {name!r} was created but its role {role!r} was not granted "
                           f"(HTTP {r.status_code}: {r.text[:200]}); it is a reader for now",
