@@ -372,17 +372,13 @@ PY
     echo "$archive"
 }
 
-# Restore into this LABKIT_TEAM_DIR, the server stopped. What was there is moved aside to
-# before-restore-<stamp>/ (never deleted). The archive is checked whole before anything moves.
+# Restore into this LABKIT_TEAM_DIR, the server stopped. The archive is checked whole first
+# (and a running server left running when it fails); what was there is moved aside to
+# before-restore-<stamp>/, never deleted.
 restore() {
     local archive=${1:-} force=${2:-}
     [ -n "$archive" ] || die "no archive named" "make team-server-restore ARCHIVE=path/to/labkit-team-….tar.gz"
     [ -f "$archive" ] || die "no such archive: $archive" "name a file made by make team-server-backup"
-    if mlflow_alive || pg_alive; then
-        [ "$force" = --force ] || die "the team server on $DIR is running: restoring would replace its data under it" \
-            "stop it first (make team-server-stop), or restore with --force (FORCE=1), which stops it and keeps its data aside"
-        stop
-    fi
     [[ $ARTIFACTS == *://* ]] && die "artifacts live in $ARTIFACTS" "restore the bucket with its own tools; this command restores local artifacts only"
     STAGE=$(mktemp -d "${TMPDIR:-/tmp}/lkrestore.XXXXXX"); local stage=$STAGE
     trap 'rm -rf "$STAGE"' EXIT
@@ -406,8 +402,13 @@ PY
     case $want in
         same|older) ;;
         *) die "$archive holds a database of a newer or unknown MLflow schema (made with mlflow ${want#unknown })" \
-               "restore it with that MLflow: $PY -m pip install mlflow==${want#unknown }, or LABKIT_MLFLOW=<its mlflow>" ;;
+               "restore it with that MLflow ($PY -m pip install mlflow==${want#unknown }, or LABKIT_MLFLOW=<its mlflow>); nothing was changed" ;;
     esac
+    if mlflow_alive || pg_alive; then
+        [ "$force" = --force ] || die "the team server on $DIR is running: restoring would replace its data under it" \
+            "stop it first (make team-server-stop), or restore with --force (FORCE=1), which stops it and keeps its data aside"
+        stop
+    fi
     local aside; aside=$DIR/before-restore-$(date -u +%Y%m%dT%H%M%SZ)
     local what
     for what in "$PGDATA" "$ARTIFACTS" "$AUTH" "$DIR/tls"; do

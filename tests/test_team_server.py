@@ -245,38 +245,55 @@ def test_over_tls_a_client_that_does_not_trust_the_certificate_is_told_the_fix(t
 
 
 # -- backup, lose the disk, restore ---------------------------------------------------------------
-def _altered(archive: Path, dst: Path) -> Path:
-    """The archive with one byte of its artifacts changed and its checksums left as they were."""
+def _altered(archive: Path, dst: Path, member: str, change) -> Path:
+    """The archive with ``member`` changed by ``change`` (bytes -> bytes), the rest as it was."""
     with tarfile.open(archive) as src, tarfile.open(dst, "w:gz") as out:
         for m in src.getmembers():
             data = src.extractfile(m).read()
-            if m.name.endswith("artifacts.tar"):
-                data = data[:-1] + bytes([data[-1] ^ 1])
+            if m.name == member:
+                data = change(data)
+                m.size = len(data)
             out.addfile(m, io.BytesIO(data))
     return dst
 
 
-@pytest.mark.slow
-def test_backup_wipe_restore_gives_the_same_show_and_regen(team, reproduction, tmp_path):
-    before = _show_and_regen(team, reproduction["fig"], tmp_path / "before", "rita")
-    r = _script("backup", str(tmp_path / "backups"), env=team.script_env)
+def _backup(team, out: Path) -> Path:
+    r = _script("backup", str(out), env=team.script_env)
     assert r.returncode == 0, r.stderr[-3000:]
     archive = Path(r.stdout.strip().splitlines()[-1])
-    assert archive.parent == tmp_path / "backups" and archive.stat().st_mode & 0o777 == 0o600
+    assert archive.parent == out and archive.stat().st_mode & 0o777 == 0o600
+    return archive
+
+
+@pytest.mark.slow
+def test_a_damaged_archive_or_a_running_server_is_never_restored_over(team, tmp_path):
+    archive = _backup(team, tmp_path / "backups")
     with tarfile.open(archive) as t:
         manifest = json.load(t.extractfile("MANIFEST.json"))
     assert manifest["schema"] and manifest["mlflow"]
     # a running server is never restored over without --force
     r = _script("restore", str(archive), env=team.script_env)
     assert r.returncode == 1 and "is running" in r.stderr and "--force" in r.stderr, r.stderr
-    team.stop()
-    # a truncated archive, and one whose checksums do not match, change nothing
+    # a truncated archive, one whose checksums do not match and one of another MLflow schema
+    # are refused before anything moves (the server is still up, and its data where it was)
     truncated = tmp_path / "truncated.tar.gz"
     truncated.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
-    for bad, why in ((truncated, "truncated"), (_altered(archive, tmp_path / "altered.tar.gz"), "checksums")):
-        r = _script("restore", str(bad), env=team.script_env)
+    flipped = _altered(archive, tmp_path / "altered.tar.gz", "artifacts.tar", lambda b: b[:-1] + bytes([b[-1] ^ 1]))
+    newer = _altered(archive, tmp_path / "newer.tar.gz", "MANIFEST.json",
+                     lambda b: json.dumps({**manifest, "schema": "ffffffffffff", "mlflow": "9.9.9"}).encode())
+    for bad, why in ((truncated, "truncated"), (flipped, "does not match its checksums"),
+                     (newer, "mlflow==9.9.9")):
+        r = _script("restore", str(bad), "--force", env=team.script_env)
         assert r.returncode == 1 and why in r.stderr and "nothing was changed" in r.stderr, r.stderr
-    assert (team.d / "pgdata" / "PG_VERSION").exists()
+    assert requests.get(team.url + "/health", verify=team.verify).status_code == 200
+    assert not list(team.d.glob("before-restore-*"))
+
+
+@pytest.mark.slow
+def test_backup_wipe_restore_gives_the_same_show_and_regen(team, reproduction, tmp_path):
+    before = _show_and_regen(team, reproduction["fig"], tmp_path / "before", "rita")
+    archive = _backup(team, tmp_path / "backups")
+    team.stop()
     # the disk is lost
     for what in ("pgdata", "artifacts"):
         shutil.rmtree(team.d / what)
