@@ -2,7 +2,8 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup system-deps test reproduce lab ui lint bench clean-venv team-server team-server-stop team-server-status
+.PHONY: setup system-deps test reproduce lab ui lint bench clean-venv team-server team-server-stop team-server-status \
+	team-server-backup team-server-restore
 
 setup:
 	@scripts/setup.sh
@@ -55,3 +56,11 @@ team-server-stop:
 
 team-server-status:
 	@scripts/team-server.sh status
+
+# One dated archive (pg_dump of runs and users, the artifacts, a checksum manifest) into
+# OUT (default $$LABKIT_TEAM_DIR/backups); restore refuses a running server unless FORCE=1.
+team-server-backup:
+	@scripts/team-server.sh backup $(OUT)
+
+team-server-restore:
+	@scripts/team-server.sh restore "$(ARCHIVE)" $(if $(FORCE),--force)

@@ -3,6 +3,7 @@
 #   chromium, chromium-driver  headless browser tests (selenium drives /usr/bin/chromium)
 #   libopenblas0-pthread       fast BLAS preloaded for MLX (its wheel's reference BLAS is slow)
 #   postgresql                 the team server's database (scripts/team-server.sh)
+#   nginx-light, openssl       the team server's TLS proxy and its self-signed trial certificate
 #   cmake, g++                 the one llama.cpp build of scripts/setup.sh (engines/native.py)
 #   ninja-build                that build's generator when present (Make otherwise, ~10% slower)
 #   texlive-latex-base, texlive-latex-recommended, poppler-utils
@@ -13,7 +14,7 @@
 # so `make test` can go on and the tests that need a package skip with their own message.
 set -euo pipefail
 
-PKGS=(cmake g++ ninja-build chromium chromium-driver libopenblas0-pthread postgresql texlive-latex-base texlive-latex-recommended poppler-utils)
+PKGS=(cmake g++ ninja-build chromium chromium-driver libopenblas0-pthread postgresql nginx-light openssl texlive-latex-base texlive-latex-recommended poppler-utils)
 
 log() { printf '[system-deps] %s\n' "$*" >&2; }
 

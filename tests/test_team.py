@@ -315,16 +315,27 @@ def _postgres_missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def team_server():
+def team_data_dir(prefix: str) -> Path:
+    """A fresh LABKIT_TEAM_DIR for a test's server (the test skips where PostgreSQL is missing)."""
     why = _postgres_missing()
     if why:
         pytest.skip(why)
-    d = Path(tempfile.mkdtemp(prefix="lkteam.", dir="/tmp"))  # short: the socket path is bounded
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: the socket path is bounded
     d.chmod(0o755)  # the postgres user walks into it
+    return d
+
+
+def team_script_env(d: Path, port: int, **extra) -> dict:
+    """scripts/team-server.sh's environment for a test's server in ``d`` on ``port``."""
+    return {**os.environ, "LABKIT_TEAM_DIR": str(d), "LABKIT_TEAM_PORT": str(port), "LABKIT_TEAM_WAIT": "240",
+            "LABKIT_MLFLOW": str(Path(sys.executable).with_name("mlflow")), "LABKIT_TEAM_WORKERS": "2", **extra}
+
+
+@pytest.fixture(scope="module")
+def team_server():
+    d = team_data_dir("lkteam.")
     port = _free_port()
-    env = {**os.environ, "LABKIT_TEAM_DIR": str(d), "LABKIT_TEAM_PORT": str(port), "LABKIT_TEAM_WAIT": "240",
-           "LABKIT_MLFLOW": str(Path(sys.executable).with_name("mlflow")), "LABKIT_TEAM_WORKERS": "2"}
+    env = team_script_env(d, port)
     script = ROOT / "scripts" / "team-server.sh"
     try:
         r = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True, timeout=300)

@@ -24,6 +24,7 @@ COMMANDS = {
     "compare": "Hosts, builds or commits side by side for one recipe, with ratios",
     "server": "Build llama.cpp's llama-server from the wheel's sources (cached per machine)",
     "machine": "Measure this host's profile for the planner (bandwidth, overhead, per-row compute)",
+    "team": "The team server's users: `labkit team user add NAME --role reader|editor|admin`",
     "plan": "Predict the §E matrix for a model, placement and box; --check it against measurement",
 }
 
@@ -32,6 +33,13 @@ def _usage() -> str:
     width = max(map(len, COMMANDS))
     rows = "\n".join(f"  {name:<{width}}  {text}" for name, text in COMMANDS.items())
     return f"usage: labkit <command> [options]\n\ncommands:\n{rows}\n\nlabkit <command> --help for each."
+
+
+def _report(cmd: str, e: LabkitError) -> int:
+    print(f"labkit {cmd}: error: {e.problem}", file=sys.stderr)
+    if e.fix:
+        print(f"  fix: {e.fix}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,10 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(module.main(rest) or 0)
     except LabkitError as e:
-        print(f"labkit {cmd}: error: {e.problem}", file=sys.stderr)
-        if e.fix:
-            print(f"  fix: {e.fix}", file=sys.stderr)
-        return 2
+        return _report(cmd, e)
+    except Exception as e:  # a server's 401/403/bad certificate mid-command: say which variable to fix
+        from labkit.provenance.store import auth_error
+
+        refused = auth_error(e)
+        if refused is None:
+            raise
+        return _report(cmd, refused)
     except KeyboardInterrupt:
         print(f"labkit {cmd}: interrupted", file=sys.stderr)
         return 130

@@ -445,7 +445,7 @@ def start(namespace: dict | None = None, *, notebook: str | None = None) -> Lab:
         lab._pre()  # this very cell (the start cell) is timed from here
     _SESSION = lab
     lines = [f"labkit run `{lab.id.cite}` · notebook `{where.name}` ({where.origin}) · recipe `{recipe.name}` "
-             f"(hash `{recipe.hash}`) · MLflow `{tracking.tracking_uri()}`"]
+             f"(hash `{recipe.hash}`) · MLflow `{tracking.redact(tracking.tracking_uri())}`"]
     if source is not None:  # first: which upstream run this notebook reads, why, and how to pick another
         lines.insert(0, source.line(lab.client, recipe))
         lab._mlflow(lambda: lab.client.set_tag(lab.run_id, "lab.source_rule", source.why[:5000]))

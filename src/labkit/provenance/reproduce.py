@@ -340,7 +340,7 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
     pending += [parent_pending] if parent_pending else []
     ok = all(r["status"] == "FINISHED" for r in results) and not pending
     moved = sum(len((r.get("comparison") or {}).get("moved", [])) for r in results)
-    summary = {"ok": ok, "pending_sync": pending, "output": str(out), "tracking_uri": tracking.tracking_uri(),
+    summary = {"ok": ok, "pending_sync": pending, "output": str(out), "tracking_uri": tracking.redact(tracking.tracking_uri()),
                "recipe": eff.name, "recipe_hash": eff.hash, "moved": moved, "results": results}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary

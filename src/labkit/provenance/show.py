@@ -25,7 +25,7 @@ def show(lab_id: str) -> dict:
         "parameters": json.loads(tags.get("papermill.parameters", "{}")),
         "provenance": {k: v for k, v in tags.items() if k.split(".")[0] in
                        ("git", "host", "engine", "model", "recipe", "residency", "draft")},
-        "metrics": run.data.metrics, "tracking_uri": tracking.tracking_uri(),
+        "metrics": run.data.metrics, "tracking_uri": tracking.redact(tracking.tracking_uri()),
         # arms of long measurements: done / planned (and, resumed, inherited and drift)
         "arms": {k[len("arms."):]: v for k, v in tags.items() if k.startswith("arms.")},
         "resumed_from": tags.get("resume.from"),

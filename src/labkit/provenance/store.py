@@ -56,6 +56,45 @@ def probe(c, *, retries: int = 1, timeout: int = 10) -> Exception | None:
 
 _PROBE_ENV = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")
 
+_CREDENTIALS = ("set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or put the line the server's "
+                "admin gave you (`labkit team user add`) in ~/.netrc (mode 0600)")
+
+
+def _chain(e: BaseException):
+    while e is not None:
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def auth_error(e: BaseException, uri: str | None = None) -> LabkitError | None:
+    """What a refused credential (401), a refused action (403) or a certificate that does not
+    verify means for the user, naming the variable or file to fix; None for anything else.
+    The credentials themselves are never in the message, only the user name."""
+    uri = redact(uri or os.environ.get("MLFLOW_TRACKING_URI") or "")
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    for x in _chain(e):
+        code, text = getattr(x, "error_code", None), str(x)
+        if code == "UNAUTHENTICATED" or "error code 401" in text:
+            who = (f"user {user!r} (MLFLOW_TRACKING_USERNAME): wrong password, or no such user" if user else
+                   "MLFLOW_TRACKING_USERNAME is unset and no ~/.netrc line signed in")
+            return LabkitError(f"the tracking server at {uri} asks for a user and password (401 not authenticated): {who}",
+                               _CREDENTIALS)
+        if code == "PERMISSION_DENIED" or "error code 403" in text:
+            m = re.search(r"endpoint (\S+)", text)
+            return LabkitError(
+                f"the tracking server at {uri} refused user {user or '(from ~/.netrc)'} this action "
+                f"({m.group(1) if m else 'a write'}): 403 permission denied",
+                "readers may show, compare and regen only; ask the server's admin for the editor role "
+                "(`labkit team user add NAME --role editor`), or sign in as an editor (MLFLOW_TRACKING_USERNAME)")
+        if "CERTIFICATE_VERIFY_FAILED" in text or type(x).__name__ == "SSLError":
+            cert = os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH")
+            return LabkitError(
+                f"the certificate of the tracking server at {uri} does not verify"
+                + (f" against MLFLOW_TRACKING_SERVER_CERT_PATH={cert}" if cert else ""),
+                "set MLFLOW_TRACKING_SERVER_CERT_PATH to the server's certificate (its operator's file, or "
+                "tls/cert.pem under the server's LABKIT_TEAM_DIR for a self-signed trial)")
+    return None
+
 
 def sqlite_client(uri: str):
     """A client on a SQLite file that several processes may write at once.

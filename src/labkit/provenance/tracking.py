@@ -21,7 +21,7 @@ from pathlib import Path
 from labkit.errors import LabkitError
 from labkit.paths import project_root
 from labkit.provenance.ids import LabId, make_run_token, notebook_number
-from labkit.provenance.store import probe, redact, sqlite_client, store_kind
+from labkit.provenance.store import auth_error, probe, redact, sqlite_client, store_kind
 
 
 def tracking_uri() -> str:
@@ -110,6 +110,8 @@ def client(*, check: bool = True, uri: str | None = None):
         return sqlite_client(uri)
     c = MlflowClient(tracking_uri=uri)
     err = probe(c) if check else None
+    if err is not None and (refused := auth_error(err, uri)) is not None:
+        raise refused from err
     if err is not None:
         raise LabkitError(
             f"the MLflow tracking store at {redact(uri)} does not answer "

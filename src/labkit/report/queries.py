@@ -107,7 +107,7 @@ def source_run(c, notebook: str, recipe) -> tuple:
                    if k in getattr(recipe, "origins", {})]
         raise LabkitError(
             f"no finished {notebook} run for recipe {recipe.name} (sweep fields hash {recipe.sweep_hash}) "
-            f"in {tracking.tracking_uri()}",
+            f"in {tracking.redact(tracking.tracking_uri())}",
             f"run it first with the same sweep settings: labkit reproduce --recipe {recipe.name} --only {notebook}"
             + (" " + " ".join(changed) if changed else "")
             + ", or pass -p sweep=LAB:<id> naming a finished sweep",
