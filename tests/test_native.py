@@ -190,3 +190,58 @@ def test_an_unfinished_build_resumes_with_the_generator_it_was_configured_with(t
     (tmp_path / "ninja").chmod(0o755)
     assert native.generator(tmp_path / "none") == "Ninja"
     assert native.generator() == "Ninja"
+
+
+SGEMM = "ggml/src/ggml-cpu/llamafile/sgemm.cpp"
+
+
+def _pinned_sgemm(dest: Path) -> Path:
+    """The pinned sdist's sgemm.cpp alone, at its place in a tree rooted at ``dest``."""
+    import tarfile
+
+    sdist = native.cache_dir() / "sdist" / f"llama_cpp_python-{native.VERSION}.tar.gz"
+    if not sdist.is_file():
+        pytest.skip(f"no sdist at {sdist} (`make setup` downloads it)")
+    with tarfile.open(sdist) as tf:
+        member = tf.getmember(f"llama_cpp_python-{native.VERSION}/vendor/llama.cpp/{SGEMM}")
+        data = tf.extractfile(member).read()
+    (dest / SGEMM).parent.mkdir(parents=True)
+    (dest / SGEMM).write_bytes(data)
+    return dest / SGEMM
+
+
+def test_the_patches_apply_to_the_pinned_sources_and_are_recorded(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)  # the sdist's own .git sits above its tree
+    src = tmp_path / "src"
+    f = _pinned_sgemm(src)
+    before = f.read_text()
+    applied = native.apply_patches(src, tmp_path / "build.log")
+    assert [p["name"] for p in applied] == list(native.PATCHES)
+    assert "gemm4xAll" in f.read_text() and "gemm4xAll" not in before
+    p = applied[0]
+    assert p["sha256"] == native.sha256(native.PATCHES_DIR / p["name"])
+    assert "ggml-org/llama.cpp#10714" in p["upstream"] and "ggml-org/llama.cpp#10343" in p["upstream"]
+
+
+def test_a_patch_that_no_longer_applies_stops_the_build_with_the_fix(tmp_path):
+    src = tmp_path / "src"
+    f = _pinned_sgemm(src)
+    f.write_text(f.read_text().replace("NOINLINE void gemm4xN", "NOINLINE void gemm4xN_moved"))  # a new pin
+    with pytest.raises(LabkitError, match="does not apply to the pinned sources") as e:
+        native.apply_patches(src, tmp_path / "build.log")
+    assert "ggml-org/llama.cpp#10714" in e.value.fix and "native.PATCHES" in e.value.fix
+    assert "gemm4xAll" not in f.read_text()  # all or nothing: the tree is left as it was
+
+
+def test_another_patch_is_another_cached_build(tmp_path, monkeypatch):
+    before = native.key(native.PORTABLE_FLAGS)
+    patches = tmp_path / "patches"
+    shutil.copytree(native.PATCHES_DIR, patches)
+    monkeypatch.setattr(native, "PATCHES_DIR", patches)
+    assert native.key(native.PORTABLE_FLAGS) == before
+    p = patches / native.PATCHES[0]
+    p.write_text(p.read_text().replace("labkit:", "labkit (edited):", 1))
+    assert native.key(native.PORTABLE_FLAGS) != before
+    p.unlink()
+    with pytest.raises(LabkitError, match="is missing"):
+        native.key(native.PORTABLE_FLAGS)

@@ -424,3 +424,21 @@ def test_drift_compares_only_runs_made_on_the_same_cpu(store):
     again = run("AuthenticAMD family 25 model 1 stepping 1, AVX2", 14.2)
     prev = compare_with_previous(c, {"run_id": again, "recipe_hash": "cpu0hash"})
     assert prev is not None and prev["previous_run_id"] == zen3
+
+
+def test_a_patched_llama_cpp_is_another_engine_build_and_its_patches_are_tagged():
+    from labkit.provenance.runtags import engine_build, engine_tags
+
+    plain = {"engine": "llama.cpp", "build": {"llama_cpp_python": "0.3.36", "llama_cpp_commit": "0c1e570" + "0" * 33,
+                                              "cmake_args": "-DGGML_NATIVE=OFF"}}
+    patched = {**plain, "build": {**plain["build"], "patches": [
+        {"name": "tinyblas-q0-small-n.patch", "sha256": "ab" * 32,
+         "upstream": ["ggml-org/llama.cpp#10343", "ggml-org/llama.cpp#10714"]}]}}
+    import hashlib
+
+    old = hashlib.sha256(json.dumps(["-DGGML_NATIVE=OFF", None]).encode()).hexdigest()[:6]
+    assert engine_build(plain) == f"llama.cpp-0.3.36-0c1e570-{old}"  # unpatched builds keep their names
+    assert engine_build(patched) != engine_build(plain)
+    assert "engine.patches" not in engine_tags(plain)
+    assert engine_tags(patched)["engine.patches"] == (
+        "tinyblas-q0-small-n.patch (ggml-org/llama.cpp#10343 ggml-org/llama.cpp#10714)")

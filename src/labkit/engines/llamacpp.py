@@ -208,20 +208,24 @@ class LlamaCppEngine(VocabEngine):
         artifact: dict | None = None,
         n_seq_max: int = 1,
         kv_unified: bool = False,
+        eval_callback=None,
     ):
+        """``eval_callback``: a ``llama_cpp.ggml_backend_sched_eval_callback`` called for every
+        graph node (llama.cpp's ``cb_eval``; measure.op_profile times ops with it). It makes
+        ggml compute the graph node by node: never set it for a timing that is not a profile."""
         global _CAPTURE
         _init_backend()
         _CAPTURE = []
         try:
             self._load(model_path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=n_batch,
                        load_mtp=load_mtp, n_cpu_moe=n_cpu_moe, artifact=artifact, n_seq_max=n_seq_max,
-                       kv_unified=kv_unified)
+                       kv_unified=kv_unified, eval_callback=eval_callback)
         finally:
             self.load_log, _CAPTURE = "".join(_CAPTURE), None
         self.residency = self._residency()
 
     def _load(self, model_path, *, n_ctx, n_threads, n_gpu_layers, n_batch, load_mtp, n_cpu_moe, artifact,
-              n_seq_max, kv_unified):
+              n_seq_max, kv_unified, eval_callback):
         lc = self._lc = _lib()
         self.model_path = str(model_path)
         if not Path(self.model_path).is_file():
@@ -282,6 +286,9 @@ class LlamaCppEngine(VocabEngine):
         # Rolling back a verify must never need KV cells that a sliding-window cache
         # already evicted (gemma-3 has SWA layers): keep the full-size SWA cache.
         cp.swa_full = True
+        self.eval_callback = eval_callback  # kept alive: llama.cpp calls it for as long as the context lives
+        if eval_callback is not None:
+            cp.cb_eval = eval_callback
         self._cparams = cp
         self.ctx = lc.llama_init_from_model(self.model, cp)
         if not self.ctx:

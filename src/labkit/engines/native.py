@@ -14,7 +14,13 @@ compiles nothing) and its ``llama_cpp/lib`` holds links to this build's librarie
         build.log    every command and its output
         build.json   written last: version, commit, flags, sha256 of every library and tool
 
-    key = sha256(version | flags | the build's own CMake options | machine)[:12]
+    key = sha256(version | flags | the build's own CMake options | machine | patches)[:12]
+
+Patches (``engines/patches/*.patch``, listed in PATCHES) are applied to the extracted
+sources before the first configure, each recorded in build.json with its sha256 and the
+upstream issues and pull requests its header names; their checksums are part of the key,
+so a cached build made with other patches is never picked up. A patch that no longer
+applies (a new pin) stops the build with the fix, never builds an unpatched tree.
 
 A build without build.json is unfinished (interrupted, failed): it is never used, and
 the next ``build`` resumes it (CMake rebuilds only what is missing). A library whose
@@ -61,6 +67,9 @@ BUILD_FLAGS = ("-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_
                "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH=$ORIGIN")
 LIBS = ("llama", "ggml", "ggml-base", "ggml-cpu", "mtmd")  # the targets llama-cpp-python ships
 TOOLS = ("llama-server", "llama-bench", "llama-batched-bench", "llama-lookup")
+# carried on top of the pinned llama.cpp (module doc), in this order
+PATCHES_DIR = Path(__file__).resolve().parent / "patches"
+PATCHES = ("tinyblas-q0-small-n.patch",)
 PYTHON_ARGS = "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"  # llama-cpp-python, installed over this build
 # CMake's "Building"/"Linking" lines in a full build of these targets at this version (counted
 # in the first build's log); only the progress estimate uses it
@@ -87,8 +96,46 @@ def flags() -> tuple[str, str]:
     return ("" if platform.system() == "Darwin" else PORTABLE_FLAGS), "scripts/setup.sh default"
 
 
+def patches() -> list[dict]:
+    """The patches this build carries: name, path, sha256 and the upstream references its
+    header lists (``Upstream: ggml-org/llama.cpp#10714 ...``)."""
+    out = []
+    for name in PATCHES:
+        path = PATCHES_DIR / name
+        if not path.is_file():
+            raise LabkitError(f"the llama.cpp patch {path} is missing", "restore it from git (git checkout -- "
+                              f"src/labkit/engines/patches/{name}) or drop it from native.PATCHES")
+        text = path.read_text()
+        refs = [r for ln in text.splitlines() if ln.startswith("Upstream:") for r in ln.split(":", 1)[1].split()]
+        out.append({"name": name, "path": str(path), "sha256": sha256(path), "upstream": refs})
+    return out
+
+
 def key(ggml_flags: str, *, version: str = VERSION) -> str:
-    return hashlib.sha256(f"{version}|{ggml_flags}|{BUILD_FLAGS}|{platform.machine()}".encode()).hexdigest()[:12]
+    sums = ",".join(p["sha256"] for p in patches())
+    return hashlib.sha256(f"{version}|{ggml_flags}|{BUILD_FLAGS}|{platform.machine()}|{sums}".encode()
+                          ).hexdigest()[:12]
+
+
+def apply_patches(src: Path, log: Path) -> list[dict]:
+    """Apply PATCHES to a freshly extracted tree (``git apply``: all or nothing per patch).
+    The sdist's own ``.git`` sits above the tree: inside a repository ``git apply`` reads
+    paths from its top and silently skips the rest, so the search stops at the tree."""
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(src.resolve().parent)}
+    applied = []
+    for p in patches():
+        cmd = ["git", "apply", "--check", p["path"]]
+        for check in (True, False):
+            try:
+                _run(cmd if check else [c for c in cmd if c != "--check"], log, cwd=src, env=env)
+            except LabkitError as e:
+                raise LabkitError(
+                    f"the llama.cpp patch {p['name']} does not apply to the pinned sources ({src}): {e.problem}",
+                    f"if the pin moved, check whether the upstream fix landed ({', '.join(p['upstream'])}): then drop "
+                    f"the patch from native.PATCHES, else regenerate it against the new sources (git diff in an "
+                    f"extracted tree); the build was not made (log: {log})") from None
+        applied.append({k: v for k, v in p.items() if k != "path"})
+    return applied
 
 
 def build_dir(ggml_flags: str | None = None) -> Path:
@@ -156,12 +203,13 @@ def say(progress: Progress, msg: str) -> None:
         progress(msg)
 
 
-def _run(cmd: list[str], log: Path, *, cwd: Path | None = None, watch: Callable[[str], None] | None = None) -> None:
+def _run(cmd: list[str], log: Path, *, cwd: Path | None = None, watch: Callable[[str], None] | None = None,
+         env: dict | None = None) -> None:
     with open(log, "a") as f:
         f.write(f"\n$ {' '.join(cmd)}\n")
         f.flush()
         p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             errors="replace")
+                             errors="replace", env=env)
         try:
             for line in p.stdout:
                 f.write(line)
@@ -306,8 +354,12 @@ def build(*, force: bool = False, jobs: int | None = None, progress: Progress = 
             top = next(Path(tmp).glob("llama_cpp_python-*/"))
             head = top / ".git" / "modules" / "vendor" / "llama.cpp" / "HEAD"
             (d / "commit").write_text(head.read_text().strip() if head.is_file() else "unknown")
+            (top / "vendor" / "llama.cpp" / ".git").unlink(missing_ok=True)  # a submodule link to nowhere
+            applied = apply_patches(top / "vendor" / "llama.cpp", log)
+            (d / "patches.json").write_text(json.dumps(applied, indent=2))
             os.replace(top / "vendor" / "llama.cpp", src)
     commit = (d / "commit").read_text().strip() if (d / "commit").is_file() else "unknown"
+    applied = json.loads((d / "patches.json").read_text()) if (d / "patches.json").is_file() else []
     stages["source_s"] = round(time.perf_counter() - t, 1)
     t = time.perf_counter()
     say(progress, f"configuring llama.cpp {commit[:7]} with {ggml_flags or '(default flags)'} (log: {log})")
@@ -333,6 +385,7 @@ def build(*, force: bool = False, jobs: int | None = None, progress: Progress = 
         "cmake_args": ggml_flags,
         "cmake_args_from": flags_from,
         "build_cmake_args": BUILD_FLAGS,
+        "patches": applied,
         "generator": gen,
         "machine": platform.machine(),
         "host": platform.node(),

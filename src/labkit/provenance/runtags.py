@@ -45,7 +45,8 @@ def machine_of(tags: dict) -> tuple[str | None, str | None, str | None]:
 
 def engine_build(desc: dict) -> str | None:
     """One short name for an engine build: engine, version, commit, and a hash of the build
-    flags and BLAS (two builds that differ only in flags are different builds)."""
+    flags, BLAS and patches (two builds that differ only in flags or in the patches carried on
+    the pinned llama.cpp are different builds; a build without patches keeps its old name)."""
     import hashlib
 
     b = desc.get("build", {})
@@ -53,9 +54,19 @@ def engine_build(desc: dict) -> str | None:
     if not desc.get("engine") and not version:
         return None
     blas = b.get("blas")
-    detail = json.dumps([b.get("cmake_args"), blas.get("blas") if isinstance(blas, dict) else blas], default=str)
+    patches = [p.get("sha256") for p in b.get("patches") or []]
+    detail = json.dumps([b.get("cmake_args"), blas.get("blas") if isinstance(blas, dict) else blas]
+                        + ([patches] if patches else []), default=str)
     parts = [desc.get("engine"), version, (b.get("llama_cpp_commit") or "")[:7], hashlib.sha256(detail.encode()).hexdigest()[:6]]
     return "-".join(str(p) for p in parts if p)
+
+
+def patch_text(patches: list | None) -> str | None:
+    """``'tinyblas-q0-small-n.patch (ggml-org/llama.cpp#10343 #10714 #8908)'``, None without patches."""
+    if not patches:
+        return None
+    return "; ".join(f"{p.get('name')} ({' '.join(p.get('upstream') or []) or 'no upstream reference'})"
+                     for p in patches)
 
 
 def engine_tags(desc: dict) -> dict:
@@ -69,6 +80,7 @@ def engine_tags(desc: dict) -> dict:
             "engine.build": engine_build(desc),
             "engine.commit": b.get("llama_cpp_commit"),
             "engine.flags": b.get("cmake_args"),
+            "engine.patches": patch_text(b.get("patches")),
             "engine.blas": (b.get("blas") or {}).get("blas") if isinstance(b.get("blas"), dict) else b.get("blas"),
             "engine.label": desc.get("label"),
             "engine.system_info": b.get("system_info"),

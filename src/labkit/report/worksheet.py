@@ -122,7 +122,8 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
     one = build.get("one_build")
     lib = ("" if one is None else "; one build: Python's libllama is the tools' (sha256 "
            f"{str(build.get('lib_sha256'))[:12]})" if one else f"; NOT one build: {build.get('one_build_why')}")
-    add(ITEMS[0], text, text, f"flags: {t.get('engine.flags') or '-'}; threads {t.get('engine.threads', '-')}"
+    patches = f"; patches: {t['engine.patches']}" if t.get("engine.patches") else ""
+    add(ITEMS[0], text, text, f"flags: {t.get('engine.flags') or '-'}{patches}; threads {t.get('engine.threads', '-')}"
         + lib + xcheck, sid)
     model = eng.get("model") or {}
     path = eng.get("model_path") or model.get("path")

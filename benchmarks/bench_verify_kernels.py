@@ -1,0 +1,173 @@
+"""Benchmark: verify(m)/H for m = 1..8 on one or more llama.cpp builds, interleaved in one run.
+
+Each build is a library folder (``libllama.so`` and its ``libggml*.so``) loaded by its own
+worker process through ``LLAMA_CPP_LIB_PATH`` (llama-cpp-python reads it at import, so one
+process holds one build). The parent asks the workers for one round at a time, builds in
+a fresh random order each round, so that drift on a shared machine hits every build
+alike; only one worker computes at a time. A round times ``llama_decode`` of m rows with
+every logit row (a speculative verify) at KV depth ``--kv-depth``, every m once in a fresh
+order; m = 1 is H, the plain step. Ratios are paired by round and come with their
+intervals (labkit.analysis.decide): verify(m)/H per build, and each build over the first.
+
+``--profile`` adds, per build, the per-op-class breakdown of one verify for every m
+(labkit.measure.op_profile: llama.cpp's cb_eval callback, node by node; a breakdown, not
+a timing) after the timed rounds.
+
+    python benchmarks/bench_verify_kernels.py [NAME=]LIBDIR [[NAME=]LIBDIR ...] [--rounds 24] [--profile]
+
+With no LIBDIR, the installed build (llama_cpp/lib) alone. Prints JSON as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+M_VALUES = tuple(range(1, 9))
+
+
+def _sha(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def worker(a: argparse.Namespace) -> int:
+    """One build: load the model, then answer `round SEED` / `profile` / `quit` on stdin."""
+    from labkit.artifacts import zoo
+    from labkit.engines.llamacpp import LlamaCppEngine, build_info
+    from labkit.measure.verify_cost import _time_decode, context_ids
+
+    model = zoo.get(a.model)
+    clock = None
+    if a.profile_worker:
+        from labkit.measure.op_profile import NodeClock
+
+        clock = NodeClock()
+    engine = LlamaCppEngine(model.path, n_ctx=1024, n_threads=a.threads,
+                            eval_callback=clock.callback if clock else None)
+    info = build_info()
+    say = lambda obj: print(json.dumps(obj), flush=True)  # noqa: E731
+    if clock is not None:
+        from labkit.measure.op_profile import profile_verify
+
+        say(profile_verify(engine, clock, m_values=M_VALUES, rounds=a.profile_rounds, kv_depth=a.kv_depth))
+        return 0
+    say({"ready": True, "lib_path": info.get("lib_path"), "lib_sha256": info.get("lib_sha256"),
+         "system_info": info.get("system_info")})
+    ctx = context_ids(engine, a.kv_depth, seed=0)
+    rows = context_ids(engine, max(M_VALUES), seed=1)
+    engine.rollback(0)
+    engine.decode(ctx, all_logits=False)
+    for m in M_VALUES:  # warm-up: every shape once, through the measured code path
+        _time_decode(engine, rows[:m], a.kv_depth)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        rng = np.random.default_rng(int(cmd[1]))
+        out = {}
+        for m in rng.permutation(M_VALUES):
+            out[int(m)] = _time_decode(engine, rows[: int(m)], a.kv_depth)
+        say(out)
+    engine.close()
+    return 0
+
+
+def _spawn(libdir: str, a: argparse.Namespace, *, profile: bool = False) -> subprocess.Popen:
+    env = dict(os.environ)
+    if libdir:
+        env["LLAMA_CPP_LIB_PATH"] = libdir
+    cmd = [sys.executable, __file__, "--worker", "--model", a.model, "--threads", str(a.threads),
+           "--kv-depth", str(a.kv_depth), "--profile-rounds", str(a.profile_rounds)]
+    if profile:
+        cmd.append("--profile-worker")
+    return subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _read(p: subprocess.Popen, name: str) -> dict:
+    line = p.stdout.readline()
+    if not line:
+        raise SystemExit(f"the worker for {name} stopped (exit {p.wait()}); its stderr is above")
+    return json.loads(line)
+
+
+def _ratio(num: list[float], den: list[float]):
+    from labkit.analysis.decide import estimate
+
+    pairs = pd.DataFrame({"prompt": "verify", "round": range(len(num)),
+                          "ratio": np.asarray(num) / np.asarray(den)})
+    e = estimate(pairs)
+    return {"ratio": round(e.ratio, 3), "lo": round(e.lo, 3), "hi": round(e.hi, 3), "text": e.ci_text()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("libs", nargs="*", help="[NAME=]LIBDIR, each a folder holding libllama and libggml*")
+    ap.add_argument("--rounds", type=int, default=24)
+    ap.add_argument("--kv-depth", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--model", default="gemma-3-270m-q4_k_m")
+    ap.add_argument("--profile", action="store_true", help="also the per-op-class breakdown of each build")
+    ap.add_argument("--profile-rounds", type=int, default=5)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--profile-worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        return worker(a)
+    builds = {}
+    for spec in a.libs or [""]:
+        name, _, d = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        if d and not (Path(d) / "libllama.so").is_file():
+            raise SystemExit(f"error: {d} holds no libllama.so\nfix: pass the bin/ folder of a llama.cpp build")
+        builds[name or (Path(d).parent.name if d else "installed")] = d
+    procs = {n: _spawn(d, a) for n, d in builds.items()}
+    meta = {n: _read(p, n) for n, p in procs.items()}
+    for n, d in builds.items():
+        meta[n]["libggml_cpu_sha256"] = _sha(Path(d) / "libggml-cpu.so") if d else None
+    samples = {n: {m: [] for m in M_VALUES} for n in builds}
+    rng = np.random.default_rng(0)
+    for r in range(a.rounds):
+        for n in rng.permutation(list(builds)):
+            procs[n].stdin.write(f"round {r}\n")
+            procs[n].stdin.flush()
+            for m, ms in _read(procs[n], n).items():
+                samples[n][int(m)].append(ms)
+        print(f"round {r + 1}/{a.rounds}", file=sys.stderr, flush=True)
+    for p in procs.values():
+        p.stdin.write("quit\n")
+        p.stdin.close()
+        p.wait()
+    first = next(iter(builds))
+    out = {"kind": "verify_kernels", "rounds": a.rounds, "kv_depth": a.kv_depth, "threads": a.threads,
+           "model": a.model, "order": "builds in a fresh random order each round; m in a fresh order within",
+           "builds": {}}
+    for n in builds:
+        s = samples[n]
+        out["builds"][n] = {
+            **meta[n], "lib_dir": builds[n],
+            "H_ms": round(float(np.median(s[1])), 2),
+            "verify_ms": {m: round(float(np.median(s[m])), 2) for m in M_VALUES},
+            "verify_over_H": {m: _ratio(s[m], s[1]) for m in M_VALUES},
+            **({f"over_{first}": {m: _ratio(s[m], samples[first][m]) for m in M_VALUES}} if n != first else {}),
+        }
+    if a.profile:
+        for n, d in builds.items():
+            p = _spawn(d, a, profile=True)
+            out["builds"][n]["op_profile"] = _read(p, n)
+            p.wait()
+    for n, b in out["builds"].items():
+        print(f"{n}: H {b['H_ms']} ms; " + ", ".join(f"V({m})/H {b['verify_over_H'][m]['text']}" for m in M_VALUES),
+              file=sys.stderr)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
