@@ -106,8 +106,11 @@ def _found(d: dict) -> list[str]:
             obj = json.loads(v)
         except ValueError:
             obj = None
+        if k.endswith(".verdict") and f"{k[:-len('verdict')]}line" in d["found"]:
+            continue  # its line says it, with the interval
         if k == "protocol.winner" and isinstance(obj, dict):
-            out.append(f"protocol winner: {obj.get('drafter')} k={obj.get('k')}")
+            out.append(f"protocol winner: {obj.get('drafter')} k={obj.get('k')}" if obj.get("k")
+                       else "protocol winner: none (speculation off)")
         elif isinstance(obj, dict):
             out += [f"{k} {name}: {text}" for name, text in obj.items()]
         else:  # a long line of "; "-joined verdicts: one each
