@@ -490,6 +490,7 @@ def test_every_command_speaks_human_by_default_and_json_on_request(book, capsys,
         ["sync", str(tmp_path / "no-journals")],
     ]
     (tmp_path / "no-journals").mkdir()
+    capsys.readouterr()  # what logging the synthetic runs printed
     seen = {}
     for argv in forms:
         lines, obj = human_and_json(capsys, argv)
@@ -502,8 +503,10 @@ def test_every_command_speaks_human_by_default_and_json_on_request(book, capsys,
     # show: the summary, verdict first, then what the run produced by ID and how to see more
     lines, obj = seen[("show", run02)]
     assert lines[0].startswith(f"[{run02}] 02_k_sweep · FINISHED · recipe default · host ")
-    assert "found:" in lines and any("(95% CI" in x or "interval" in x for x in lines)
-    assert f"  [{run02}/sweep-cells]" in lines and lines[-1].startswith(f"see more: labkit show {run02} --json")
+    # its forest: every arm's paired ratio with its CI (or "one pair: no CI"), verdict, unit, pairs
+    assert "found:" in lines and obj["verdicts"] and all(f"  {v}" in lines for v in obj["verdicts"][:10])
+    assert all(" CI" in v and "pair" in v and ("end-to-end" in v or "decode-only" in v) for v in obj["verdicts"])
+    assert f"  table  [{run02}/sweep-cells]" in lines and lines[-1].startswith(f"see more: labkit show {run02} --json")
     assert obj["status"] == "FINISHED" and "system/disk_usage_megabytes" not in "\n".join(lines)
     # advise: each workload's ratio with its CI, the unit and the number of pairs
     lines, obj = seen[("advise", "--workload")]
