@@ -130,21 +130,23 @@ def test_export_a_notebook_table_in_every_format(book, capsys, tmp_path):
     tid = f"{book['02_k_sweep']['id']}/sweep-cells"
     logged = load_table(c, c.get_run(book["02_k_sweep"]["run_id"]), "sweep-cells")
     rc, out, _ = cli(capsys, "export", tid, "--format", "csv")
-    assert rc == 0 and json.loads(out[-1])["id"] == tid
-    back = pd.read_csv(io.StringIO("\n".join(out[:-1])))
+    assert rc == 0 and not out[-1].startswith("{")  # the file's text only: no JSON after it
+    rc, js, _ = cli(capsys, "export", tid, "--format", "csv", "--json")
+    assert rc == 0 and len(js) == 1 and json.loads(js[0])["id"] == tid and json.loads(js[0])["text"] == "\n".join(out) + "\n"
+    back = pd.read_csv(io.StringIO("\n".join(out)))
     pd.testing.assert_frame_equal(back[["k", "tok_s", "speedup"]], logged[["k", "tok_s", "speedup"]])
     rc, out, _ = cli(capsys, "export", tid, "--format", "md")
     assert out[0].startswith("| drafter | workload | k |") and f"[{tid}]" in "\n".join(out)
     rc, out, err = cli(capsys, "export", tid, "--format", "latex", "--out", str(tmp_path / "cells.tex"))
     tex = (tmp_path / "cells.tex").read_text()
-    assert rc == 0 and json.loads(out[-1])["out"] == str(tmp_path / "cells.tex") and len(out) == 1
+    assert rc == 0 and len(out) == 1 and out[0].startswith(f"wrote {tmp_path / 'cells.tex'}: [{tid}]")
     assert r"\toprule" in tex and r"tok\_\allowbreak{}s\_\allowbreak{}min" in tex
     assert tex.count(r"\\") == len(logged) + 1 and r"\caption[{sweep-cells [LAB:" in tex
     _compile(tmp_path, tex, "cells")
     # the widest logged table (per-generation lists in its cells) compiles too, wrapped
     rc, out, _ = cli(capsys, "export", f"{book['02_k_sweep']['id']}/sweep-runs", "--format", "latex")
     assert rc == 0
-    _compile(tmp_path, "\n".join(out[:-1]), "runs")
+    _compile(tmp_path, "\n".join(out), "runs")
 
 
 @pytest.mark.slow  # papermill: 02 + 06
@@ -152,7 +154,8 @@ def test_export_matrix_section_as_latex_in_the_chapters_shape(book, capsys, tmp_
     """§E as a chapter prints it: model/spill · drafter · baseline · n_max=1 · n_max=2, each
     cell "tok/s (×) @ first-token %", the spill a short label whose load-log text is in the
     note; it compiles, fits the page (no overfull box) and is rendered to a PNG on request."""
-    rc, out, _ = cli(capsys, "export", "LAB:RESULTS-MATRIX §E", "--format", "latex", "--out", str(tmp_path / "e.tex"))
+    rc, out, _ = cli(capsys, "export", "LAB:RESULTS-MATRIX §E", "--format", "latex", "--out", str(tmp_path / "e.tex"),
+                     "--json")
     tex = (tmp_path / "e.tex").read_text()
     assert rc == 0 and json.loads(out[-1])["id"] == "LAB:RESULTS-MATRIX §E"
     assert r"RESULTS-MATRIX $\S$E" in tex and book["02_k_sweep"]["id"] in tex
@@ -311,18 +314,18 @@ def _screenshot(pdf, name: str) -> None:
 # -- citable sections: show and regen ---------------------------------------------------
 @pytest.mark.slow  # papermill: 02 + 06
 def test_show_and_regen_a_matrix_section(book, capsys, tmp_path):
-    rc, out, _ = cli(capsys, "show", "LAB:RESULTS-MATRIX §E")
+    rc, out, _ = cli(capsys, "show", "LAB:RESULTS-MATRIX §E", "--json")
     doc = json.loads(out[-1])
     assert rc == 0 and doc["id"] == "LAB:RESULTS-MATRIX §E" and doc["no_data"] is None
     assert [s["id"] for s in doc["sources"]] == [book["02_k_sweep"]["id"]]
     assert doc["sources"][0]["tables"] == ["sweep-cells", "sweep-runs"]
     assert doc["logged_as"] == f"{book['06_results_matrix']['id']}/results-matrix-E"
-    rc, out, _ = cli(capsys, "regen", "LAB:RESULTS-MATRIX §E", "--out", str(tmp_path))
+    rc, out, _ = cli(capsys, "regen", "LAB:RESULTS-MATRIX §E", "--out", str(tmp_path), "--json")
     res = json.loads(out[-1])
     assert rc == 0 and res["identical"] is True and res["compared_with"] == doc["logged_as"]
     assert (tmp_path / "RESULTS-MATRIX-E" / "table.csv").read_text() == export.render(
         sections.build(tracking.client(), ids.parse_ref("LAB:RESULTS-MATRIX §E")), "csv")
-    rc, out, _ = cli(capsys, "show", "LAB:RESULTS-MATRIX")
+    rc, out, _ = cli(capsys, "show", "LAB:RESULTS-MATRIX", "--json")
     assert rc == 0 and set(json.loads(out[-1])["sections"]) == {"§A", "§B", "§E"}
     rc, _, err = cli(capsys, "regen", "LAB:RESULTS-MATRIX")
     assert rc == 2 and "needs one section" in err

@@ -67,8 +67,8 @@ def test_plan_refuses_another_hosts_profile_unless_named(profiles, capsys, embed
     argv = ["plan", "--model", str(embedded.path), "--acceptance", "0.8,0.6", "--n-max", "0..2"]
     assert cli.main(argv) == 2
     assert "other hosts" in capsys.readouterr().err
-    assert cli.main([*argv, "--profile", "box-b"]) == 0
-    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert cli.main([*argv, "--profile", "box-b", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
     assert doc["predicted"] and doc["E"][0]["n_max"] == 0
 
 
@@ -100,10 +100,12 @@ def test_machine_probe_command_caches_and_logs_a_run(profiles, store, capsys):
     from labkit import cli
     from labkit.provenance import tracking
 
-    assert cli.main(["machine", "probe", "--rounds", "2", "--gib", "0.25", "--threads", "2"]) == 0
-    out = capsys.readouterr().out.strip().splitlines()
-    doc = json.loads(out[-1])
-    assert any(line.startswith("host bandwidth") for line in out[:-1]) and doc["lab_id"].startswith("LAB:")
+    assert cli.main(["machine", "probe", "--rounds", "2", "--gib", "0.25", "--threads", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["lab_id"].startswith("LAB:")
+    assert cli.main(["machine", "show"]) == 0  # the human form: one line per cached profile, this host's first
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "GB/s" in first and "(this host;" in first and f"[{doc['lab_id']}]" in first
     assert list(profiles.glob("profile-*.json"))
     run = tracking.find_run(tracking.client(), doc["lab_id"].removeprefix("LAB:"))
     assert run.data.metrics["host_bandwidth_gbs"] == pytest.approx(doc["host"]["bandwidth_gbs"])

@@ -189,18 +189,19 @@ def test_bad_acceptance(acc, what):
         plan.check_acceptance(acc)
 
 
-def test_cli_plan_prints_a_table_and_json_last(qwen3moe, tmp_path, capsys):
+def test_cli_plan_prints_a_table_or_json(qwen3moe, tmp_path, capsys):
     from labkit import cli
 
     prof = tmp_path / "box.json"
     prof.write_text(json.dumps(GPU_BOX))
-    rc = cli.main(["plan", "--model", qwen3moe.path, "--profile", str(prof), "--gpu-layers", "49",
-                   "--n-cpu-moe", "0,24,48", "--n-max", "0..3", "--c", "1,2", "--acceptance", "0.85,0.7,0.59"])
+    argv = ["plan", "--model", qwen3moe.path, "--profile", str(prof), "--gpu-layers", "49",
+            "--n-cpu-moe", "0,24,48", "--n-max", "0..3", "--c", "1,2", "--acceptance", "0.85,0.7,0.59"]
+    assert cli.main(argv) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert rc == 0
-    doc = json.loads(out[-1])
+    assert any("n-cpu-moe 24" in line for line in out) and not any(line.startswith("{") for line in out)
+    assert cli.main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
     assert len(doc["E"]) == 12 and len(doc["B"]) == 8 and doc["flips"]
-    assert any("n-cpu-moe 24" in line for line in out[:-1])
     rc = cli.main(["plan", "--model", qwen3moe.path, "--profile", str(prof), "--acceptance", "0.5,0.9"])
     assert rc == 2 and "non-increasing" in capsys.readouterr().err
 

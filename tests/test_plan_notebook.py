@@ -22,6 +22,7 @@ def test_08_plan_reproduces_and_exports_plan_vs_published(store, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("| source | row | n_max | published_tok_s | predicted_tok_s")
     assert sum(1 for line in out if line.startswith("| chapter3 §E")) == 7
-    assert json.loads(out[-1])["rows"] == 7
+    assert cli.main(["export", f"{r['id']}/plan-vs-published", "--format", "md", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 7
     assert cli.main(["export", f"{r['id']}/plan-e", "--format", "csv"]) == 0
     assert "speedup" in capsys.readouterr().out.splitlines()[0]

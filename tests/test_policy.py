@@ -422,8 +422,8 @@ def test_bench_spec_k_auto_measures_verify_first_and_says_so(capsys, tmp_path):
     from labkit.commands import bench
 
     assert bench.main(["spec", "--workload", "edit", "--k", "auto", "--k-max", "4", "--runs", "1",
-                       "--max-tokens", "24"]) == 0
-    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+                       "--max-tokens", "24", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
     assert res["policy"]["policy"] == "priced" and res["policy"]["k_max"] == 4 and res["k"] == 4
     assert res["policy"]["verify_source"].startswith("measured now: m 1..5")
     assert res["lossless"] is True

@@ -185,13 +185,14 @@ def test_bench_concurrency_bad_input_exits_2_with_a_fix(bad):
 def test_server_info_and_bench_concurrency_json(server_binary):
     import json
 
-    info = json.loads(_labkit("server", "info").stdout.strip().splitlines()[-1])
+    info = json.loads(_labkit("server", "info", "--json").stdout)
     assert info["built"] and info["path"] == server_binary
     p = _labkit("bench", "concurrency", "--c", "1,2", "--k", "0,2", "--workload", "edit", "--prompts", "2",
-                "--max-tokens", "8")
-    d = json.loads(p.stdout.strip().splitlines()[-1])
+                "--max-tokens", "8", "--json")
+    d = json.loads(p.stdout)
     assert {(r["c"], r["k"]) for r in d["rows"]} == {(1, 0), (1, 2), (2, 0), (2, 2)}
-    assert all(r["lossless"] for r in d["rows"]) and "per-c table" in p.stderr
+    assert all(r["lossless"] for r in d["rows"])
+    assert {(v["c"], v["k"]) for v in d["verdicts"]} == {(1, 2), (2, 2)} and all(v["pairs"] == 1 for v in d["verdicts"])
     assert d["provenance"]["recipe"]["name"] == "default" and "non_monotonic" in d
 
 

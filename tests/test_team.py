@@ -269,7 +269,7 @@ def test_server_down_mid_notebook_then_sync_replays_the_journal(tmp_path):
         c = tracking_client(server.url)
         before = c.get_run(res["run_id"])
         assert before.info.status == "RUNNING" and "verify/H_ms" not in before.data.metrics
-        r = _cli(["sync", str(out)], env=env, cwd=ROOT, timeout=300)
+        r = _cli(["sync", str(out), "--json"], env=env, cwd=ROOT, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
         assert _last_json(r)["written"] > 0
         run = c.get_run(res["run_id"])
@@ -285,12 +285,12 @@ def test_server_down_mid_notebook_then_sync_replays_the_journal(tmp_path):
         names = {a.path for a in c.list_artifacts(res["run_id"], "figures")}
         assert {"figures/cost-fit", "figures/cost-fit-m2-parity"} <= names
         # idempotent: a second sync (every journal re-checked) writes nothing
-        r = _cli(["sync", "--recheck", str(out)], env=env, cwd=ROOT, timeout=300)
+        r = _cli(["sync", "--recheck", str(out), "--json"], env=env, cwd=ROOT, timeout=300)
         assert r.returncode == 0 and _last_json(r)["written"] == 0, r.stderr[-3000:]
         assert len(c.get_metric_history(res["run_id"], "verify/H_ms")) == 1
         assert len(c.get_metric_history(res["run_id"], "lab/cell_duration_s")) == n_cells - 2
         # and what was replayed reads back like any run's
-        r = _cli(["regen", f"{res['id']}/cost-fit", "--out", str(tmp_path / "regen")], env=env, cwd=ROOT, timeout=300)
+        r = _cli(["regen", f"{res['id']}/cost-fit", "--out", str(tmp_path / "regen"), "--json"], env=env, cwd=ROOT, timeout=300)
         assert r.returncode == 0 and _last_json(r)["identical"], r.stderr[-3000:]
     finally:
         server.stop()
@@ -391,11 +391,11 @@ def test_two_clones_two_hosts_one_team_server(team_server, tmp_path):
     for here, there in (("host-b", "host-a"), ("host-a", "host-b")):
         env = _env(clones[here], team_server, LABKIT_HOST_LABEL=here)
         fig = f"{res[there]['id']}/cost-fit"
-        r = _cli(["show", fig], env=env, cwd=clones[here], timeout=300)
+        r = _cli(["show", fig, "--json"], env=env, cwd=clones[here], timeout=300)
         assert r.returncode == 0 and _last_json(r)["provenance"]["host.label"] == there, r.stderr[-3000:]
-        r = _cli(["regen", fig, "--out", str(tmp_path / f"regen-{here}")], env=env, cwd=clones[here], timeout=300)
+        r = _cli(["regen", fig, "--out", str(tmp_path / f"regen-{here}"), "--json"], env=env, cwd=clones[here], timeout=300)
         assert r.returncode == 0 and _last_json(r)["identical"], r.stderr[-3000:]
-    r = _cli(["compare", "--recipe", recipe, "--notebook", "01_cost_fit", "--by", "host"], env=_env(clones["host-a"], team_server),
+    r = _cli(["compare", "--recipe", recipe, "--notebook", "01_cost_fit", "--by", "host", "--json"], env=_env(clones["host-a"], team_server),
              cwd=clones["host-a"], timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     out = _last_json(r)

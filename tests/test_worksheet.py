@@ -4,10 +4,12 @@ embedded model; the decision words and residency labels on small frames."""
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
 
+import tiny  # tests/tiny.py
 from labkit.config.recipe import effective_recipe, from_dict
 from labkit.provenance import ids, tracking
 from labkit.provenance import reproduce as rp
@@ -115,11 +117,11 @@ def test_notebook_06_logged_both_worksheets_with_the_recipe_owner(book):
 def test_worksheet_command_prints_both(book, capsys):
     from labkit.cli import main
 
-    assert main(["worksheet", "--owner", "carol", "--format", "md"]) == 0
-    out = capsys.readouterr().out.strip().splitlines()
-    doc = json.loads(out[-1])
+    assert main(["worksheet", "--owner", "carol", "--format", "md", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
     assert len(doc["field"]) == 7 and len(doc["accounting"]) == len(worksheet.ITEMS)
-    text = "\n".join(out[:-1])
+    assert main(["worksheet", "--owner", "carol", "--format", "md"]) == 0
+    text = capsys.readouterr().out
     assert "| item | baseline | candidate | notes | source |" in text and "[LAB:WORKSHEET §field]" in text
     assert "owner: carol" in text
 
@@ -387,3 +389,167 @@ def test_field_sheet_cells_are_short_and_say_each_thing_once():
     assert worksheet._suite_notes(one) == "within ±10: at or above the off run"
     assert worksheet._sampled({"s.lo": 0.192, "s.hi": 0.192}, "s") == "; sampled 19.2%"
 
+
+
+# -- the output convention, every command on this module's real store ---------------------
+# (here, not in a module of its own: this store's 02 + 04 + 06 reproduction is the real one the
+# forms read, and a second module would have to make another)
+MAX_LINE = 300
+_NUM = re.compile(r"(?<![\w.:/-])-?\d+\.\d+(?![\w.])")
+
+
+def _numbers(obj) -> list[float]:
+    """Every number in a JSON object, including those inside its strings (its verdict lines)."""
+    if isinstance(obj, bool) or obj is None:
+        return []
+    if isinstance(obj, (int, float)):
+        return [float(obj)]
+    if isinstance(obj, str):
+        return [float(x) for x in _NUM.findall(obj)]
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in _numbers(v)]
+    return [x for v in obj for x in _numbers(v)]
+
+
+def missing_figures(text: str, obj) -> list[str]:
+    """Decimal figures the human form prints that the JSON object does not hold (at the
+    printed precision, or as a percentage)."""
+    have = _numbers(obj)
+    out = []
+    for tok in _NUM.findall(text):
+        d = len(tok.split(".")[1])
+        v = float(tok)
+        if not any(abs(round(x, d) - v) < 10 ** -d / 2 + 1e-12 or abs(round(x * 100, d) - v) < 10 ** -d / 2 + 1e-12
+                   for x in have):
+            out.append(tok)
+    return out
+
+
+def human_and_json(capsys, argv: list[str], *, ok=(0,)) -> tuple[list[str], dict]:
+    """A command's default output (checked: no line over MAX_LINE, no JSON object) and its
+    --json output (checked: one JSON document, alone on stdout)."""
+    from labkit.cli import main
+
+    rc = main(argv)
+    out = capsys.readouterr().out
+    assert rc in ok, (argv, rc)
+    lines = out.splitlines()
+    assert lines, argv
+    long = [x for x in lines if len(x) > MAX_LINE]
+    assert not long, (argv, [len(x) for x in long], long[0][:400])
+    assert not any(x.lstrip().startswith(("{", "[{")) for x in lines), (argv, out[-500:])
+    rc = main([*argv, "--json"])
+    js = capsys.readouterr().out
+    assert rc in ok and len(js.strip().splitlines()) == 1, (argv, js[-500:])
+    return lines, json.loads(js)
+
+
+def _two_hosts(c, book, tmp_path, monkeypatch) -> str:
+    """SYNTHETIC: the real sweep's runs logged again as two hosts of recipe synthetic-compare
+    (each round twice, so that an interval exists), host-b's tok/s exactly 1.1× host-a's: the
+    paired interval is then 1.1–1.1, and any mispairing (prompt, temperature, round) widens it."""
+    from labkit.lab.session import Lab
+
+    real = c.get_run(book["02_k_sweep"]["run_id"])
+    path = tiny.recipe_file(tmp_path / "synthetic-compare.yaml", **SWEEP)
+    monkeypatch.setenv("LABKIT_JOURNAL", str(tmp_path / "synthetic-journal.jsonl"))
+    for label, f in (("synthetic-host-a", 1.0), ("synthetic-host-b", 1.1)):
+        monkeypatch.setenv("LABKIT_HOST_LABEL", label)
+        lab = Lab(notebook="02_k_sweep", recipe=from_dict({**SWEEP, "name": "synthetic-compare"}), params={})
+        rows = load_table(c, real, "sweep-runs")
+        rows = pd.concat([rows, rows.assign(run=rows["run"] + 1000)], ignore_index=True)  # 2 rounds: an interval
+        for col in ("decode_tok_s", "e2e_tok_s"):
+            rows[col] = rows[col] * f
+        cells = load_table(c, real, "sweep-cells")
+        cells["tok_s"] = cells["tok_s"] * f
+        lab.table("sweep-runs", rows, display=False)
+        lab.table("sweep-cells", cells, display=False)
+        lab.finish()
+    monkeypatch.delenv("LABKIT_HOST_LABEL")
+    return path
+
+
+@pytest.mark.slow  # papermill: 02 + 04 + 06
+def test_every_command_speaks_human_by_default_and_json_on_request(book, capsys, tmp_path, monkeypatch):
+    """Each command's form on a real store: the default output is a few lines a person reads
+    (none over 300 characters, no JSON object); --json is one JSON document holding the same
+    figures. Engine commands are run by test_cli/test_multislot with --json; their human form
+    is checked here from that same object (measuring twice would not give the same figures)."""
+    c = tracking.client()
+    run02 = book["02_k_sweep"]["id"]
+    forms = [
+        ["show", run02], ["show", f"{run02}/sweep-cells"], ["show", "LAB:WORKSHEET §field"],
+        ["show", "LAB:RESULTS-MATRIX §E"], ["show", "LAB:RESULTS-MATRIX"],
+        ["advise"], ["advise", "--workload", "edit"],
+        ["worksheet", "--owner", "carol"],
+        ["export", "LAB:WORKSHEET §accounting", "--format", "md", "--out", str(tmp_path / "acc.md")],
+        ["regen", f"{run02}/sweep-cells", "--out", str(tmp_path / "regen")],
+
+        ["compare", "--recipe", _two_hosts(c, book, tmp_path, monkeypatch), "--by", "host"],
+        ["models"], ["machine", "show"], ["plan", "--published"], ["power"],
+        ["sync", str(tmp_path / "no-journals")],
+    ]
+    (tmp_path / "no-journals").mkdir()
+    capsys.readouterr()  # what logging the synthetic runs printed
+    seen = {}
+    for argv in forms:
+        lines, obj = human_and_json(capsys, argv)
+        assert not missing_figures("\n".join(lines), obj), (argv, missing_figures("\n".join(lines), obj))
+        seen[tuple(argv[:2])] = (lines, obj)
+    lines, obj = human_and_json(capsys, ["server", "info"], ok=(0, 1))  # 1: not built on this machine
+    # 1: §E redrawn now differs from 06's copy (this module logs synthetic sweeps after 06)
+    lines, obj = human_and_json(capsys, ["regen", "LAB:RESULTS-MATRIX §E", "--out", str(tmp_path / "r")], ok=(0, 1))
+    assert obj["identical"] is not None and lines[0].startswith("[LAB:RESULTS-MATRIX §E] redrawn from ")
+    # show: the summary, verdict first, then what the run produced by ID and how to see more
+    lines, obj = seen[("show", run02)]
+    assert lines[0].startswith(f"[{run02}] 02_k_sweep · FINISHED · recipe default · host ")
+    # its forest: every arm's paired ratio with its CI (or "one pair: no CI"), verdict, unit, pairs
+    assert "found:" in lines and obj["verdicts"] and all(f"  {v}" in lines for v in obj["verdicts"][:10])
+    assert all(" CI" in v and "pair" in v and ("end-to-end" in v or "decode-only" in v) for v in obj["verdicts"])
+    assert f"  table  [{run02}/sweep-cells]" in lines and lines[-1].startswith(f"see more: labkit show {run02} --json")
+    assert obj["status"] == "FINISHED" and "system/disk_usage_megabytes" not in "\n".join(lines)
+    # advise: each workload's ratio with its CI, the unit and the number of pairs
+    lines, obj = seen[("advise", "--workload")]
+    w = obj["per_workload"][0]
+    assert lines[0].startswith(f"edit: {w['recommend']} — ") and "decode-only" in lines[0]
+    assert w["pairs"] >= 1 and f"; {w['pairs']} pair{'s' if w['pairs'] > 1 else ''} [{obj['source']}]" in lines[0]
+    # compare: every ratio with its interval; host-b is exactly 1.1× host-a, pair by pair
+    lines, obj = seen[("compare", "--recipe")]
+    assert obj["ratios"] and all(abs(r["ratio"] - 1.1) < 1e-9 and abs(r["lo"] - 1.1) < 1e-9
+                                 and abs(r["hi"] - 1.1) < 1e-9 and r["verdict"] == "wins" for r in obj["ratios"])
+    assert all(f"{r['pairs']} pairs" in r["line"] and "decode-only" in r["line"] for r in obj["ratios"])
+    assert lines[1].strip() == obj["ratios"][0]["line"]
+    # the worksheet: verdict-bearing item 7 in the field sheet, every accounting cell at most ~200
+    lines, obj = seen[("worksheet", "--owner")]
+    assert any(x.startswith("7. decision keep/reject + owner: ") for x in lines)
+    long = [(r["item"], k, len(r[k])) for r in obj["accounting"] for k in ("baseline", "candidate", "notes")
+            if len(str(r[k])) > worksheet.CELL_MAX]
+    assert not long, long
+
+
+@pytest.mark.slow  # papermill: 02 + 04 + 06
+def test_bad_input_and_closed_pipes_answer_without_a_traceback(book, capsys):
+    import subprocess
+    import sys
+
+    from labkit.cli import main
+
+    run02 = book["02_k_sweep"]["id"]
+    figure = next(p for p in tracking._artifacts(tracking.client(), book["02_k_sweep"]["run_id"], "figures"))
+    cases = [(["ui", "--json"], "nothing to print as JSON"),
+             (["export", f"{run02}/{figure.split('/')[-1]}", "--json"], "figure"),  # a figure ID: regen draws it
+             (["show", f"{run02}/no-such-table", "--json"], "no figure, table or cell"),
+             (["regen", "LAB:RESULTS-MATRIX", "--json"], "needs one section")]
+    for argv, needle in cases:
+        assert main(argv) == 2, argv
+        cap = capsys.readouterr()
+        assert needle in cap.err and "fix:" in cap.err and "Traceback" not in cap.err and cap.out == "", (argv, cap)
+    # a reader that goes away: `labkit worksheet | head -3`, and one gone before the first write
+    # (`| true` exits at once, while labkit still imports: its first write meets a closed pipe)
+    for cmd in ("worksheet", "worksheet --json", f"show {run02}"):
+        for reader in ("head -3", "true"):
+            p = subprocess.run(["bash", "-c", f"{sys.executable} -m labkit.cli {cmd} | {reader}; "
+                                "echo rc=${PIPESTATUS[0]} >&2"], capture_output=True, text=True, timeout=300)
+            assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, (cmd, reader, p.stderr)
+            assert len(p.stdout.splitlines()) <= 3 and p.stderr.strip().splitlines()[-1] in ("rc=0", "rc=141")
+        assert reader == "true" and p.stderr.strip().endswith("rc=141"), (cmd, p.stderr)

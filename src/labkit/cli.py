@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from labkit.errors import LabkitError
@@ -53,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(f"labkit.commands.{cmd}")
     try:
+        if "--json" in rest and getattr(module, "NO_JSON", None):
+            raise LabkitError(f"--json: labkit {cmd} has nothing to print as JSON ({module.NO_JSON})",
+                              "run it without --json")
         return int(module.main(rest) or 0)
+    except BrokenPipeError:
+        return _closed_pipe()
     except LabkitError as e:
         return _report(cmd, e)
     except Exception as e:  # a server's 401/403/bad certificate mid-command: say which variable to fix
@@ -66,6 +72,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"labkit {cmd}: interrupted", file=sys.stderr)
         return 130
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``labkit worksheet | head -3``): nothing more to say, and no
+    traceback. stdout is pointed at /dev/null so that the interpreter's own flush at exit
+    does not fail again; 141 is what a shell reports for a writer ended by SIGPIPE."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout already closed or not a real file (a test's capture)
+        pass
+    return 141
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ def best_k(cells: pd.DataFrame, *, drafter: str | None = None, rows: pd.DataFram
                     "best_spec_k": int(top["k"]), "best_spec_speedup": float(top[key]),
                     "lo": est.lo if est is not None else None, "hi": est.hi if est is not None else None,
                     "verdict": est.verdict if est is not None else None, "candidates": len(g),
+                    "pairs": est.n_pairs if est is not None else None,
                     "acceptance": top["acceptance"]})
     return pd.DataFrame(out)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.commands import emit
+from labkit.commands import add_json_flag, output
 from labkit.config.recipe import load, resolve
 from labkit.provenance import tracking
 from labkit.report.advise import advise, write_winner
@@ -24,7 +24,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0, help="sweep temperature to advise for (default 0)")
     p.add_argument("--write", action="store_true",
                    help="write the protocol's winner into the recipe file (n_max, n_max_drafter + LAB ID comment)")
-    return p
+    return add_json_flag(p)
 
 
 def main(argv=None) -> int:
@@ -32,30 +32,44 @@ def main(argv=None) -> int:
     recipe = resolve(load(args.recipe))
     if args.write:
         res = write_winner(tracking.client(), recipe)
-        print(f"{res['written']}: n_max = {res['n_max']}, n_max_drafter = {res['n_max_drafter']} [{res['source']}]")
-        for w, v in (res.get("workload_settings") or {}).items():
-            print(f"  workload_settings.{w} = {v}")
-        emit(res)
+        written = [f"{res['written']}: n_max = {res['n_max']}, n_max_drafter = {res['n_max_drafter']} "
+                   f"[{res['source']}]"]
+        written += [f"  workload_settings.{w} = {v}" for w, v in (res.get("workload_settings") or {}).items()]
+        output(args, written, res)
         return 0
     res = advise(tracking.client(), recipe, workload=args.workload, temperature=args.temperature)
-    if res.get("by") == "search":  # per workload: the decision, its held-out check, the flags
-        for r in res["per_workload"]:
-            print(f"{r['line']} [{res['source']}]")
-            if r.get("llama_server"):
-                print(f"  llama-server: {r['llama_server']}")
-        for extra in (res.get("mix"), res.get("ladder")):
-            if extra:
-                print(extra)
-        emit(res)
-        return 0
-    for r in res["per_workload"]:
-        print(f"{r['workload']:<10} {r['recommend']:<12} (best tested: {r['best_tested']}, "
-              f"{r['best_tested_speedup']:.2f}× vs plain) [{res['source']}]")
-    for g in res["global_default"] or []:
-        print(f"global default for {g['drafter']}: k={g['k']} (geometric-mean speedup {g['geomean_speedup']:.2f}×)")
-    if res.get("policy"):
-        print(f"k: auto (priced per step): {res['policy']['line']}")
-        if res["policy"].get("llama_server_flags"):
-            print(f"llama-server (cannot take the policy): {res['policy']['llama_server_flags']}")
-    emit(res)
+    output(args, lambda: lines(res), res)
     return 0
+
+
+def lines(res: dict) -> list[str]:
+    """Per workload the recommendation first, then the evidence: the ratio with its CI, verdict,
+    unit and number of pairs (``advise``'s own line), and the sweep it comes from. A search's
+    sweep: each workload's decision line (on/off, end to end, its held-out check), the
+    llama-server flags that implement an "on", the mix and where the chapter's ladder disagreed."""
+    if res.get("by") == "search":
+        out = []
+        for r in res["per_workload"]:
+            out.append(f"{r['line']} [{res['source']}]")
+            if r.get("llama_server"):
+                out.append(f"  llama-server: {r['llama_server']}")
+        return out + [x for x in (res.get("mix"), res.get("ladder")) if x]
+    out = []
+    for r in res["per_workload"]:
+        pairs = f"; {r['pairs']} pair{'s' if r['pairs'] != 1 else ''}" if r.get("pairs") else ""
+        out.append(f"{r['workload']}: {r['recommend']} — {r['line']}{pairs} [{res['source']}]")
+    for g in res["global_default"] or []:
+        ci = (f" (pooled CI {g['lo']:.2f}–{g['hi']:.2f}, best of {len(g.get('k_tested') or [])} k), {g['verdict']}"
+              if _known(g.get("lo")) and _known(g.get("hi")) and g["hi"] < float("inf")
+              else " (no CI)" + (f", {g['verdict']}" if g.get("verdict") else ""))
+        out.append(f"global default for {g['drafter']}: k={g['k']} — best k by geometric mean "
+                   f"{g['geomean_speedup']:.2f}× decode-only{ci}")
+    if res.get("policy"):
+        out.append(f"k: auto (priced per step): {res['policy']['line']}")
+        if res["policy"].get("llama_server_flags"):
+            out.append(f"llama-server (cannot take the policy): {res['policy']['llama_server_flags']}")
+    return out or [f"nothing to advise: the sweep [{res['source']}] has no speculative cell at T={res['temperature']}"]
+
+
+def _known(x) -> bool:
+    return x is not None and x == x  # None, or NaN from a table with some rows unjudged

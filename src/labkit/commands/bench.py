@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from labkit import engines
-from labkit.commands import bench_concurrency, emit, progress
+from labkit.commands import add_json_flag, bench_concurrency, output, progress
 from labkit.config import runtime
 from labkit.config.recipe import load, resolve
 from labkit.decoding import drafters
@@ -56,6 +56,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     common.add_argument("--model", default=None, help="override the recipe's model (zoo name or .gguf path)")
     common.add_argument("--engine", default=None, choices=sorted(engines.ENGINES), help="override the engine")
     common.add_argument("--threads", type=int, default=None, help="override the recipe's thread count")
+    add_json_flag(common)
     v = sub.add_parser("verify", parents=[common], help="verify(m) cost sweep")
     v.add_argument("--m", default=None, help='row counts, e.g. "1-8" (default: recipe verify_m)')
     v.add_argument("--rounds", type=int, default=None, help="rounds over all m (default: recipe verify_rounds)")
@@ -70,7 +71,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     s.add_argument("--k-max", type=int, default=None,
                    help="with --k auto: the longest draft the policy may choose (default: recipe policy_k_max)")
     s.add_argument("--verify-json", default=None,
-                   help="with --k auto: this box's `labkit bench verify` JSON to price with (default: the recipe's "
+                   help="with --k auto: this box's `labkit bench verify --json` output to price with (default: the recipe's "
                         "policy_verify: measure it first, or error)")
     s.add_argument("--drafter", default="ngram", choices=drafters.names())
     s.add_argument("--draft-model", default=None, help="draft model for --drafter model (zoo name or path)")
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
         run = bench_concurrency.run_concurrency if args.what == "concurrency" else bench_concurrency.run_serve
         res = run(args, recipe, opts)
         res["provenance"] = fingerprint.collect(recipe=recipe)
-        emit(res)
+        output(args, lambda: bench_concurrency.human(res), res)
         return 0
     prompt = _prompt(args) if args.what == "spec" else None
     progress(f"loading {recipe.model} on {recipe.engine}")
@@ -150,8 +151,46 @@ def main(argv=None) -> int:
         else:
             res = _spec(args, recipe, engine, prompt)
         res["provenance"] = fingerprint.collect(recipe=recipe, engine=engine)
-    emit(res)
+    output(args, lambda: (verify_lines if args.what == "verify" else spec_lines)(res), res)
     return 0
+
+
+def _host(res) -> str:
+    """Where it was measured (ratios compare only within one run: FACTS.md), and where the rest is."""
+    prov = res.get("provenance") or {}
+    host, eng = prov.get("host") or {}, prov.get("engine") or {}
+    threads = f", {eng['threads']} threads" if eng.get("threads") else ""
+    return f"  host {host.get('label') or host.get('hostname')} ({host.get('cpu')}){threads}; --json for every number"
+
+
+def verify_lines(res) -> list[str]:
+    """verify(m) in a few lines: H, then each m as a multiple of H (median, range)."""
+    h = (res.get("H_ms") or {}).get("median")
+    lines = [f"verify(m) at KV depth {res['kv_depth']}, {res['rounds']} rounds (median, range):"
+             + (f" plain step H = {h:.2f} ms" if h else "")]
+    for r in res["verify"]:
+        rel = f" = {r['median'] / h:.2f} H" if h else ""
+        lines.append(f"  m={r['m']}: {r['median']:.2f} ms ({r['min']:.2f}–{r['max']:.2f}){rel}")
+    return [*lines, _host(res)]
+
+
+def spec_lines(res) -> list[str]:
+    """The verdict (paired, with its CI), then the arms' tok/s, acceptance and the lossless check."""
+    b, s = res["baseline"], res["speculative"]
+    d = (res.get("drafter") or {}).get("name") or "plain"
+    p = res.get("prompt") or {}
+    lossless = {True: "lossless (same tokens as plain)", False: "NOT lossless: see divergences in --json",
+                None: "sampled: lossless not checked per run"}[res.get("lossless")]
+    acc = res.get("acceptance")
+    return [
+        f"{d} vs plain on {p.get('workload') or p.get('source')} prompt {p.get('id')}: {res['decision']['line']}",
+        f"  {res['decision_e2e']['line']}",
+        f"  decode tok/s: plain {b['decode_tok_s']['median']:.1f}, speculative {s['decode_tok_s']['median']:.1f} "
+        f"(medians of {res['runs']} warm runs; the cold pair apart)",
+        f"  acceptance {acc:.0%} per drafted token, {res['tokens_per_step']:.2f} tokens per step; {lossless}"
+        if acc is not None else f"  nothing drafted; {lossless}",
+        _host(res),
+    ]
 
 
 def _spec(args, recipe, engine, prompt) -> dict:
@@ -171,6 +210,7 @@ def _spec(args, recipe, engine, prompt) -> dict:
             temperature=args.temperature, seed=recipe.seed if args.seed is None else args.seed,
             make_gate=(lambda: None) if auto else (lambda: runtime.make_gate(recipe)),
             keep_records=args.records, progress=progress, policy=pol,
+            margin=recipe.decision_margin, confidence=recipe.decision_confidence,
         )
     finally:
         if drafter is not None:
@@ -200,19 +240,19 @@ def policy_verify_model(args, recipe, engine):
             res = json.loads(p.read_text().strip().splitlines()[-1])
         except (OSError, ValueError, IndexError) as e:
             raise LabkitError(f"--verify-json {p}: cannot read a `labkit bench verify` result ({e})",
-                              "pass the JSON that `labkit bench verify --m 1-9` printed on this box") from e
+                              "pass what `labkit bench verify --m 1-9 --json` printed on this box") from e
         prov = res.get("provenance") or {}
         here = fingerprint.host_info().get("hostname"), engine.describe().get("build")
         there = (prov.get("host") or {}).get("hostname"), (prov.get("engine") or {}).get("build")
         if res.get("kind") != "verify" or there != here:
             raise LabkitError(f"--verify-json {p} is not a verify(m) fit of this host and build "
                               f"(it has {there}, this is {here})",
-                              "measure it here: `labkit bench verify --m 1-9 > verify.json`, or drop --verify-json "
+                              "measure it here: `labkit bench verify --m 1-9 --json > verify.json`, or drop --verify-json "
                               "to measure before decoding (policy_verify: measure)")
         return costmodel.fit_verify_model(costmodel.verify_frame(res)), f"{p} (labkit bench verify)"
     if recipe.policy_verify != "measure":
         raise LabkitError(f"--k auto has no verify(m) model for this host and build (policy_verify: "
-                          f"{recipe.policy_verify})", "pass --verify-json from `labkit bench verify --m "
+                          f"{recipe.policy_verify})", "pass --verify-json with `labkit bench verify --json --m "
                           f"1-{need}` on this box, or set policy_verify: measure in the recipe")
     progress(f"k auto: measuring verify(m) for m = 1..{need} ({recipe.policy_verify_rounds} rounds)")
     res = verify_cost.bench_verify(engine, m_values=range(1, need + 1), rounds=recipe.policy_verify_rounds,

@@ -6,11 +6,14 @@ concurrency: labkit's multi-slot loop (continuous batching on one llama.cpp cont
              the batch cost fit and its predictions; the dip flag.
 serve:       llama.cpp's own llama-server (built from the wheel's sources on first use),
              c streaming clients, speculation off vs on at each c, its own acceptance.
+
+Each arm's verdict is its aggregate tok/s over plain's at the same c, paired by round, with
+its CI (``analysis.concurrency.forest``, through ``analysis.decide``): the JSON's "verdicts".
 """
 
 from __future__ import annotations
 
-from labkit.analysis import batchcost
+from labkit.analysis import batchcost, decide
 from labkit.analysis import concurrency as ctable
 from labkit.commands import emit, progress
 from labkit.errors import LabkitError
@@ -96,7 +99,7 @@ def run_concurrency(args, recipe, opts) -> dict:
     except ValueError as e:
         res["batch_fit"] = {"skipped": str(e)}
     res["workload"] = args.workload
-    print_table(df)
+    res["verdicts"] = verdicts(df, recipe)
     return res
 
 
@@ -117,7 +120,10 @@ def run_serve(args, recipe, opts) -> dict:
                                 n_requests=args.requests, max_tokens=opts["max_tokens"], seed=recipe.seed,
                                 interleave=recipe.interleave, deadline_s=args.deadline, kv_unified=args.kv_unified,
                                 progress=progress)
-    except serve.ServerError as e:  # keep what was measured: JSON first, then the error (exit 2)
+    except serve.ServerError as e:  # keep what was measured: the JSON (with --json) or a note, then the error
+        if not args.json:
+            progress(f"llama-server failed at {e.arm}; {len(e.partial)} arm(s) finished: --json keeps them")
+            raise
         emit({"kind": "serve", "error": e.problem, "failed_arm": e.arm, "finished_arms": e.partial,
               "kept_requests": [{k: v for k, v in x.items() if k != "tokens"} for x in e.kept]})
         raise
@@ -127,12 +133,39 @@ def run_serve(args, recipe, opts) -> dict:
     df = ctable.table(res)
     res["dips"] = ctable.dips(df).to_dict("records")
     res["non_monotonic"] = bool(res["dips"])
-    print_table(df)
+    res["verdicts"] = verdicts(df, recipe)
     return res
 
 
-def print_table(df) -> None:
-    """The per-c table on stderr (stdout keeps the JSON)."""
-    cols = ["engine", "c", "k", "agg_tok_s", "per_stream_tok_s", "ttft_p50_ms", "ttft_p95_ms", "ttlt_p50_ms",
-            "ttlt_p95_ms", "acceptance", "rows_per_step", "speedup", "lossless"]
-    progress("per-c table:\n" + df[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+UNIT = "end-to-end aggregate tok/s"  # every request's tokens over the round's wall time, prefill included
+
+
+def verdicts(df, recipe) -> list[dict]:
+    """Each speculative arm (and the A/A control) over plain at the same c: the paired ratio
+    by round, its CI and verdict (``ctable.forest``), the unit and number of pairs said."""
+    f = ctable.forest(df, margin=recipe.decision_margin, confidence=recipe.decision_confidence)
+    out = []
+    for r in f.to_dict("records"):
+        est = decide.Estimate(ratio=r["ratio"], lo=r["lo"], hi=r["hi"], verdict=r["verdict"],
+                              confidence=r["confidence"], level=r["confidence"], margin=recipe.decision_margin,
+                              n_prompts=r["rounds"], n_pairs=r["rounds"])
+        out.append({**r, "unit": UNIT, "pairs": r["rounds"],
+                    "line": est.line(r["label"]) + f"; {r['rounds']} round pair{'s' if r['rounds'] != 1 else ''}"})
+    return out
+
+
+def human(res) -> list[str]:
+    """The verdict lines first, then the per-c table, the dips and the lossless check."""
+    cols = ["engine", "c", "k", "agg_tok_s", "per_stream_tok_s", "ttft_p50_ms", "ttlt_p50_ms", "acceptance",
+            "rows_per_step", "speedup", "lossless"]
+    df = ctable.table(res)
+    lines = [f"{res.get('kind')} on workload {res.get('workload')}, {res.get('runs')} round(s); ratios are {UNIT}, "
+             "paired by round:"]
+    lines += [f"  {v['line']}" for v in res.get("verdicts") or []] or ["  no speculative arm measured (--k 0 only)"]
+    lines += ["per-c table (medians over rounds):"]
+    lines += ["  " + t for t in df[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}").splitlines()]
+    for d in res.get("dips") or []:
+        lines.append(f"dip: {d['engine']} k={d['k']} aggregate falls c={d['c_from']}→{d['c_to']} "
+                     f"({d['drop']:.0%}, {'beyond' if d['beyond_noise'] else 'within'} the run-to-run range)")
+    lines.append("--json for every number (per-stream TTFT/TTLT p95, the batch cost fit, predictions)")
+    return lines

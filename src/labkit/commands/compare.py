@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.commands import emit
+from labkit.commands import add_json_flag, cite, output
 from labkit.config.recipe import load
 from labkit.provenance import tracking
-from labkit.report.compare import DIMENSIONS, FORMATS, compare, render
+from labkit.report.compare import DIMENSIONS, FORMATS, compare, paired_ratios, render
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -26,16 +26,27 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help=f"what makes a column, comma-separated from {', '.join(DIMENSIONS)} (default: host,build)")
     p.add_argument("--baseline", default=None, help="the column the ratios are against (default: the oldest)")
     p.add_argument("--format", default="md", choices=FORMATS, help="table format on stdout (default: md)")
-    return p
+    return add_json_flag(p)
 
 
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
     recipe = load(args.recipe)
     by = [d.strip() for d in args.by.split(",") if d.strip()]
-    table, runs = compare(tracking.client(), recipe_name=recipe.name, notebook=args.notebook, by=by,
-                          baseline=args.baseline)
-    print(render(table, args.format), end="")
-    emit({"recipe": recipe.name, "notebook": args.notebook, "by": by, "runs": runs,
-          "rows": table.to_dict("records")})
+    c = tracking.client()
+    table, runs = compare(c, recipe_name=recipe.name, notebook=args.notebook, by=by, baseline=args.baseline)
+    ratios = paired_ratios(c, runs, notebook=args.notebook, margin=recipe.decision_margin,
+                           confidence=recipe.decision_confidence)
+    out = {"recipe": recipe.name, "notebook": args.notebook, "by": by, "runs": runs,
+           "rows": table.to_dict("records"), "ratios": ratios}
+
+    def lines():
+        yield f"{args.notebook} of recipe {recipe.name}, against {runs[0]['label']}:"
+        yield from (f"  {r['line']}" for r in ratios)
+        if not ratios:
+            yield "  one value per run: the ratios below have no interval (compare a 02_k_sweep for CIs)"
+        yield from render(table, args.format).rstrip("\n").splitlines()
+        yield "runs: " + "; ".join(f"{r['label']} {cite(r['id'])}" for r in runs)
+
+    output(args, lines, out)
     return 0

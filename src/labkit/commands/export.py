@@ -4,7 +4,8 @@ a worksheet as a file a chapter can include.
 IDs: a notebook table (LAB:02-3fa2c1-k7q2m/sweep-cells), a matrix section
 ("LAB:RESULTS-MATRIX §E", §A prefill, §B concurrency), a worksheet ("LAB:WORKSHEET §field",
 §accounting). CSV keeps the numeric columns as logged; md and latex are the display form
-with the ID in the caption. Output goes to stdout (before the JSON line) or --out FILE.
+with the ID in the caption. Output goes to stdout (the file's text, as it is) or --out FILE
+(then one line saying what was written); --json prints what was exported, as an object.
 A figure ID is refused: `labkit regen` redraws figures (PNG, SVG, PDF).
 
 latex is what a chapter includes as it is: booktabs rules, numbers rounded for print,
@@ -19,7 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from labkit.commands import emit, progress
+from labkit.commands import add_json_flag, output
 from labkit.errors import LabkitError
 from labkit.report.export import FORMATS
 
@@ -32,7 +33,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write here instead of stdout")
     p.add_argument("--recipe", default=None, help="for worksheets: experiments/<name>.yaml or a path (default: default)")
     p.add_argument("--owner", default=None, help="for worksheets: who owns the keep/reject decision")
-    return p
+    return add_json_flag(p)
 
 
 def main(argv=None) -> int:
@@ -51,9 +52,8 @@ def main(argv=None) -> int:
         if not path.parent.is_dir():
             raise LabkitError(f"--out {path}: the folder {path.parent} does not exist", "create it or pick another path")
         path.write_text(text)
-        progress(f"export: {table['id']} -> {path} ({args.format}, {len(table['data'])} rows)")
         out["out"] = str(path)
-    else:
-        print(text, end="" if text.endswith("\n") else "\n")
-    emit(out)
+        output(args, [f"wrote {path}: [{table['id']}] as {args.format}, {len(table['data'])} rows"], out)
+    else:  # the file's text is the answer; with --json it travels inside the object
+        output(args, text.rstrip("\n").split("\n"), {**out, "text": text})
     return 0

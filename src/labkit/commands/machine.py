@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.commands import emit, progress
+from labkit.commands import add_json_flag, output, progress
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -24,7 +24,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="threads (default: the engine's default)")
     p.add_argument("--gib", type=float, default=1.0, help="bandwidth buffer in GiB (default 1; far above caches)")
     p.add_argument("--no-log", action="store_true", help="do not log the probe as an MLflow run")
-    return p
+    return add_json_flag(p)
 
 
 def log_run(profile: dict, *, name: str = "machine-probe", table=None) -> str | None:
@@ -60,13 +60,16 @@ def main(argv=None) -> int:
     if args.action == "show":
         key = machine.cache_key(host, build_info())
         rows = sorted(machine.cached(), key=lambda d: d.get("key") != key)
+        lines = []
         for d in rows:
             h = d.get("host_fingerprint") or {}
             mark = "this host" if d.get("key") == key else "another host/build"
-            print(f"{h.get('label')}: host {d['host']['bandwidth_gbs']:.1f} GB/s, overhead {d['overhead_ms']:.2f} ms, "
-                  f"{d.get('device_note') or 'device measured'} ({mark}; {d.get('measured_at')})")
-        emit({"profiles": [{k: d.get(k) for k in ("key", "host_fingerprint", "host", "overhead_ms", "device_note",
-                                                     "residual", "_path")} for d in rows]})
+            lines.append(f"{h.get('label')}: host {d['host']['bandwidth_gbs']:.1f} GB/s, overhead "
+                         f"{d['overhead_ms']:.2f} ms, {d.get('device_note') or 'device measured'} ({mark}; "
+                         f"{d.get('measured_at')})" + (f" [{d['lab_id']}]" if d.get("lab_id") else ""))
+        output(args, lines or ["no machine profile cached yet: `labkit machine probe` measures this host (~1 min)"],
+               {"profiles": [{k: d.get(k) for k in ("key", "host_fingerprint", "host", "overhead_ms", "device_note",
+                                                    "residual", "_path")} for d in rows]})
         return 0
     prof = machine.probe(host=host, build=build_info(), threads=args.threads, rounds=args.rounds, gib=args.gib,
                          progress=progress)
@@ -78,11 +81,12 @@ def main(argv=None) -> int:
     if prof["lab_id"]:
         machine.save(prof)
     cal = prof["calibration"]
-    print(f"host bandwidth {prof['host']['bandwidth_gbs']:.1f} GB/s "
-          f"({prof['host']['bandwidth']['min']:.1f}–{prof['host']['bandwidth']['max']:.1f}, "
-          f"{prof['host']['bandwidth']['threads']} threads); device: {prof['device_note']}")
-    print(f"fixed per-step overhead {prof['overhead_ms']:.2f} ms; {cal['model']}: H {cal['H_ms']:.1f} ms, "
-          f"+{cal['fit']['b']:.2f} ms per row (fit r² {cal['fit']['r2']:.2f})")
-    print(f"saved {path}" + (f"; logged [{prof['lab_id']}]" if prof["lab_id"] else ""))
-    emit({**prof, "_path": str(path)})
+    output(args, [
+        f"host bandwidth {prof['host']['bandwidth_gbs']:.1f} GB/s ({prof['host']['bandwidth']['min']:.1f}–"
+        f"{prof['host']['bandwidth']['max']:.1f}, {prof['host']['bandwidth']['threads']} threads); "
+        f"device: {prof['device_note']}",
+        f"fixed per-step overhead {prof['overhead_ms']:.2f} ms; {cal['model']}: H {cal['H_ms']:.1f} ms, "
+        f"+{cal['fit']['b']:.2f} ms per row (fit r² {cal['fit']['r2']:.2f})",
+        f"saved {path}" + (f"; logged [{prof['lab_id']}]" if prof["lab_id"] else ""),
+    ], {**prof, "_path": str(path)})
     return 0

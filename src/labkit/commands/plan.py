@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from labkit.commands import emit, progress
+from labkit.commands import add_json_flag, output, progress
 from labkit.errors import LabkitError
 
 
@@ -66,7 +66,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=8, help="--check: verify rounds per model (default 8)")
     p.add_argument("--published", action="store_true",
                    help="plan the seeds' published rows (data/published/) and compare cell by cell")
-    return p
+    return add_json_flag(p)
 
 
 def _acceptance(text: str | None, drafter: str) -> dict:
@@ -112,11 +112,11 @@ def main(argv=None) -> int:
     if args.check:
         from labkit.commands import plan_check
 
-        return plan_check.run(rounds=args.rounds)
+        return plan_check.run(args, rounds=args.rounds)
     if args.published:
         from labkit.commands import plan_check
 
-        return plan_check.published()
+        return plan_check.published(args)
     if not args.model:
         raise LabkitError("--model is required", "pass --model PATH.gguf (or a zoo name), or use --check/--published")
     import json
@@ -143,10 +143,9 @@ def main(argv=None) -> int:
     res = plan.plan(model, prof, placements=placements, n_max=n_max, acceptance=acc["p"],
                     cs=int_list(args.c, what="--c"), drafter=args.drafter, draft=draft)
     summary = {**model.summary(), "warnings": model.warnings, "unclassified": model.unclassified}
-    for line in plan_tables.human(res, model=summary, machine=prof):
-        print(line)
+    lines = plan_tables.human(res, model=summary, machine=prof)
     if prof.get("derived"):
-        print(f"threads: {prof['threads']} ({prof['derived']})")
-    emit({"predicted": True, "model": summary, "profile": {k: prof.get(k) for k in ("key", "kind", "host", "device",
+        lines.append(f"threads: {prof['threads']} ({prof['derived']})")
+    output(args, lines, {"predicted": True, "model": summary, "profile": {k: prof.get(k) for k in ("key", "kind", "host", "device",
           "device_note", "overhead_ms", "residual", "threads", "derived")}, "acceptance": acc, **res})
     return 0

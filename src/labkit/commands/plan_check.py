@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from labkit.commands import emit, progress
+from labkit.commands import output, progress
 
 
-def run(*, rounds: int = 8, sweep: bool = True) -> int:
+def run(args=None, *, rounds: int = 8, sweep: bool = True) -> int:
     """Predict this box's models, measure them, print both with the error, keep the residual."""
     from labkit.commands.machine import log_run
     from labkit.engines.llamacpp import build_info
@@ -20,24 +20,20 @@ def run(*, rounds: int = 8, sweep: bool = True) -> int:
     res = plancheck.run_check(prof, prompts=prompts, rounds=rounds, progress=progress)
     prof = machine.with_residual(prof, res["residual"])
     path = machine.save(prof)
-    for line in plancheck.summary_lines(res):
-        print(line)
     lab = log_run(prof, name="plan-check", table=res["verify"])
-    print(f"residual stored in {path}; logged [{lab}]")
-    emit({"residual": res["residual"], "verify": res["verify"].to_dict("records"),
+    lines = [*plancheck.summary_lines(res), f"residual stored in {path}; logged [{lab}]"]
+    output(args, lines, {"residual": res["residual"], "verify": res["verify"].to_dict("records"),
           "cells": None if res["cells"] is None else res["cells"].to_dict("records"), "seconds": res["seconds"],
           "label": res["label"], "lab_id": lab})
     return 0
 
 
-def published() -> int:
+def published(args=None) -> int:
     """The planner beside the seeds' published §E cells (data/published/seeds.yaml)."""
     from labkit.analysis import plan_published
     from labkit.artifacts import published as pub
 
     data = pub.load()
     res = plan_published.compare(data, pub.model_profiles(data))
-    for line in plan_published.summary_lines(res):
-        print(line)
-    emit(res)
+    output(args, plan_published.summary_lines(res), res)
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.commands import emit, progress
+from labkit.commands import add_json_flag, output, progress
 from labkit.config import runtime
 from labkit.config.recipe import load, resolve
 from labkit.decoding import drafters
@@ -24,7 +24,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=1, help="prompts of the workload (default 1)")
     p.add_argument("--runs", type=int, default=None)
     p.add_argument("--max-tokens", type=int, default=None)
-    return p
+    return add_json_flag(p)
 
 
 def main(argv=None) -> int:
@@ -38,7 +38,30 @@ def main(argv=None) -> int:
             rows = energy.power_runs(engine, prompts, drafter=drafter, k=args.k, runs=args.runs or r.runs,
                                      max_tokens=args.max_tokens or r.max_tokens, seed=r.seed, progress=progress)
             summ = energy.summary(rows)
+            verdicts = energy.compare(rows, k=args.k, margin=r.decision_margin, confidence=r.decision_confidence)
             out.update(summary=summ.to_dict("records"), modes=energy.two_modes(summ) if args.k > 0 else None,
-                       provenance=fingerprint.collect(recipe=r, engine=engine))
-    emit(out)
+                       verdicts=verdicts.to_dict("records"), provenance=fingerprint.collect(recipe=r, engine=engine))
+    output(args, lambda: lines(out), out)
     return 0
+
+
+def lines(out: dict) -> list[str]:
+    """The verdicts first (per-token cost and decode tok/s over plain, with CIs), then each k's
+    medians, then which counters this machine has (and for each missing one, why)."""
+    res = []
+    if out.get("verdicts") is not None:
+        res += [f"{v['line']}; paired by prompt and run" for v in out["verdicts"]]
+        if out.get("modes"):
+            res.append(out["modes"]["text"])
+        for s in out["summary"]:
+            cpu, j = s.get("cpu_s_per_token"), s.get("j_per_token")
+            res.append(f"  k={s['k']}: {s['decode_tok_s']:.1f} tok/s decode, "
+                       + (f"{cpu * 1e3:.1f} ms CPU per token" if cpu is not None else "CPU time not measured")
+                       + (f", {j:.3f} J per token" if j is not None else f"; energy {s['energy']}")
+                       + f" (medians of {s['runs']} warm runs)")
+    have = [n for n, c in out["counters"].items() if c.get("available")]
+    res.append(f"counters here: {', '.join(have) or 'none'}")
+    for n, c in out["counters"].items():
+        if not c.get("available"):
+            res.append(f"  {n}: not available: {c.get('reason')}" + (f" (fix: {c['fix']})" if c.get("fix") else ""))
+    return res

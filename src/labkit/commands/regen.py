@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from labkit.commands import emit, progress
+from labkit.commands import add_json_flag, output, progress
 from labkit.paths import project_root
 from labkit.provenance import ids
 
@@ -20,7 +20,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--rerun", action="store_true", help="re-execute the notebook and compare within noise")
     p.add_argument("--out", default=None, help="where regenerated files go (default: runs/regen)")
     p.add_argument("--recipe", default=None, help="for a worksheet section: the recipe (default: default)")
-    return p
+    return add_json_flag(p)
 
 
 def main(argv=None) -> int:
@@ -37,11 +37,34 @@ def main(argv=None) -> int:
             raise LabkitError(f"{ref} is built from many runs; --rerun re-executes one notebook run",
                               "regen the section without --rerun, or rerun a run it cites (labkit show lists them)")
         res = sections.regen(tracking.client(), ref, out_dir=out, recipe=resolve(load(args.recipe)))
-        emit(res)
+        same = {True: "identical to", False: "DIFFERS from", None: "no logged copy to compare with"}[res["identical"]]
+        output(args, [f"[{res['id']}] redrawn from {len(res['sources'])} run(s), {res['rows']} rows: {same}"
+                      + (f" [{res['compared_with']}]" if res["compared_with"] else ""),
+                      *(f"  {f}" for f in res["files"])], res)
         return 0 if res["identical"] is not False else 1
     from labkit.report.regen import regen
 
     res = regen(args.id, out_dir=out, rerun=args.rerun, progress=progress)
-    emit(res)
+    output(args, lambda: lines(res), res)
     ok = res["identical"] and (not args.rerun or res["rerun"]["within_noise"])
     return 0 if ok else 1
+
+
+def lines(res: dict) -> list[str]:
+    """Identical or not first, per figure/table, then where the files are; the rerun's verdict."""
+    out = [f"[{res['id']}]: " + ("regenerated identical to what was logged" if res["identical"]
+                                 else "regenerated data DIFFERS from what was logged")]
+    for r in res["regenerated"]:
+        same = "identical" if r["identical"] else ("data identical, drawing differs" if r.get("data_identical")
+                                                  else "data differs")
+        out.append(f"  {r['type']} [{r['id']}]: {same}; {', '.join(r['files'])}")
+    rr = res.get("rerun")
+    if rr:
+        out.append(f"rerun [{rr['new_id']}] {rr['status']}: " + ("within noise" if rr["within_noise"] else
+                                                                "NOT within noise: --json has every check"))
+        for cmp_ in rr.get("comparisons") or []:
+            if not cmp_["within_noise"]:
+                out.append(f"  {cmp_['name']}: " + (cmp_.get("reason") or ", ".join(
+                    f"{ch['column']} {ch['outside']}/{ch['rows']} outside {ch['basis']}" for ch in cmp_["checks"]
+                    if ch["outside"])))
+    return out

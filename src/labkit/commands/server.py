@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from labkit.artifacts import server_build
-from labkit.commands import emit, progress
+from labkit.commands import add_json_flag, output, progress
 from labkit.errors import LabkitError
 
 
@@ -21,10 +21,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="labkit server", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
-    b = sub.add_parser("build", help="build (or find cached) llama-server for this machine")
+    b = add_json_flag(sub.add_parser("build", help="build (or find cached) llama-server for this machine"))
     b.add_argument("--force", action="store_true", help="rebuild even if a cached build exists")
     b.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: every core)")
-    sub.add_parser("info", help="the cached build, if any")
+    add_json_flag(sub.add_parser("info", help="the cached build, if any"))
     return p
 
 
@@ -33,13 +33,18 @@ def main(argv=None) -> int:
     if args.what == "build":
         if args.jobs is not None and args.jobs < 1:
             raise LabkitError(f"--jobs {args.jobs}", "use --jobs >= 1")
-        emit(server_build.build(force=args.force, jobs=args.jobs, progress=progress))
+        info = server_build.build(force=args.force, jobs=args.jobs, progress=progress)
+        output(args, [_line(info)], info)
         return 0
     info = server_build.find()
     if info is None:
-        progress(f"no llama-server build for this machine in {server_build.build_dir()}; "
-                 "run `labkit server build`")
-        emit({"built": False, "dir": str(server_build.build_dir())})
+        output(args, [f"no llama-server build for this machine in {server_build.build_dir()}: "
+                      "`labkit server build` makes one"], {"built": False, "dir": str(server_build.build_dir())})
         return 1
-    emit({"built": True, **info})
+    output(args, [_line(info)], {"built": True, **info})
     return 0
+
+
+def _line(info: dict) -> str:
+    how = "cached" if info.get("cached") else "built"
+    return f"llama-server {how}: {info.get('path')} (llama.cpp {info.get('commit') or info.get('llama_cpp_commit') or '?'})"

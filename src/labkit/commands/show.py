@@ -1,21 +1,35 @@
-"""``labkit show LAB:…``: what a provenance ID points at (run, cell or artifact,
-parameters, provenance), as JSON. A document section ("LAB:RESULTS-MATRIX §E",
-"LAB:WORKSHEET §field") resolves to the runs and tables that back it."""
+"""``labkit show LAB:…``: what a provenance ID points at. By default a summary: notebook,
+status, recipe, host, when, what the run found (its verdict lines and intervals), what it
+produced by ID, and how to see more; --json prints the whole record (parameters, every
+metric, provenance tags). A document section ("LAB:RESULTS-MATRIX §E", "LAB:WORKSHEET
+§field") resolves to the runs and tables that back it."""
 
 from __future__ import annotations
 
 import argparse
 
-from labkit.commands import emit
+from labkit.commands import add_json_flag, output
 from labkit.provenance import ids
-from labkit.provenance.show import show
+from labkit.provenance.show import show, summary_lines
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="labkit show", description=__doc__)
     p.add_argument("id", help='e.g. LAB:01-3fa2c1-k7q2m/cost-fit (brackets optional) or "LAB:RESULTS-MATRIX §E"')
     p.add_argument("--recipe", default=None, help="for a worksheet section: the recipe (default: default)")
-    return p
+    return add_json_flag(p)
+
+
+def section_lines(d: dict) -> list[str]:
+    """A document section: what backs it, and how to print it."""
+    if d.get("sections"):
+        return [f"[{d['id']}] has sections: " + ", ".join(f"{s} {t}" for s, t in d["sections"].items()),
+                d["hint"]]
+    src = " ".join(f"[{s['id']}]" for s in d.get("sources") or []) or "none"
+    return [f"[{d['id']}] {d['title']}: " + (d["no_data"] if d.get("no_data") else f"{d['rows']} rows"),
+            f"from: {src}" if len(src) < 250 else f"from {len(d['sources'])} runs: --json lists them",
+            f"logged by notebook 06 as [{d['logged_as']}]" if d.get("logged_as") else "not logged by notebook 06 yet",
+            f'see more: labkit export "{d["id"]}" --format md · labkit regen "{d["id"]}" · --json']
 
 
 def main(argv=None) -> int:
@@ -26,7 +40,9 @@ def main(argv=None) -> int:
         from labkit.provenance import tracking
         from labkit.report import sections
 
-        emit(sections.show(tracking.client(), ref, recipe=resolve(load(args.recipe))))
+        res = sections.show(tracking.client(), ref, recipe=resolve(load(args.recipe)))
+        output(args, lambda: section_lines(res), res)
         return 0
-    emit(show(args.id))
+    res = show(args.id)
+    output(args, lambda: summary_lines(res), res)
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.commands import emit, progress
+from labkit.commands import add_json_flag, output, progress
 from labkit.provenance.sync import sync
 
 
@@ -22,14 +22,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help="journals (*.jsonl) or folders holding them (default: the project's runs/ and lab/journal/)")
     p.add_argument("--recheck", action="store_true",
                    help="check journals already synced to this store again (default: skip them)")
-    return p
+    return add_json_flag(p)
 
 
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
     res = sync(args.paths or None, recheck=args.recheck, progress=progress)
-    progress(f"{len(res['journals'])} journal(s) checked, {res['written']} record(s) written to {res['tracking_uri']}")
-    for m in res["missing_runs"]:
-        progress(f"  not in this store: LAB:{m['run']} ({m['journal']}); point MLFLOW_TRACKING_URI at its store")
-    emit(res)
+    output(args, [f"{len(res['journals'])} journal(s) checked, {res['written']} record(s) written to "
+                  f"{res['tracking_uri']}", *(f"  not in this store: [LAB:{m['run']}] ({m['journal']}); point "
+                                              "MLFLOW_TRACKING_URI at its store" for m in res["missing_runs"])], res)
     return 0 if not res["missing_runs"] else 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.commands import emit, progress
+from labkit.commands import add_json_flag, output, progress
 from labkit.config import runtime
 from labkit.config.recipe import load, resolve
 from labkit.decoding import drafters
@@ -33,7 +33,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help="0 = greedy (default for --spec on/off); --spec both uses it for the sampled runs")
     p.add_argument("--tasks", type=int, default=None, help="only the first N tasks (quick checks)")
     p.add_argument("--category", default=None, choices=list(toolsuite.CATEGORIES))
-    return p
+    return add_json_flag(p)
 
 
 def main(argv=None) -> int:
@@ -56,6 +56,9 @@ def main(argv=None) -> int:
             # --runs N: exactly N sampled runs; else the recipe's, stopping when the answer is known
             res = qc.control(engine, tasks, drafters=drafters, k=k, runs=runs, temperature=temp, seed=r.seed,
                              progress=progress, min_runs=r.toolsuite_min_runs if args.runs is None else None)
+            lines = [f"{name} k={k}: {v['verdict']}" for name, v in res["verdicts"].items()]
+            lines.append(f"sampled runs at T={temp}: {qc.runs_line(res)}; greedy off {res['greedy_off']['score']:.1%}"
+                         f"; {len(res['divergences'])} greedy task(s) differing; --json for every score")
             out = {"verdicts": res["verdicts"], "scores": res["scores"].to_dict("records"),
                    "greedy_divergences": res["divergences"].to_dict("records"), "runs": res["runs"],
                    "looks": res["looks"].to_dict("records"), "stopped": res["stopped"]}
@@ -66,6 +69,8 @@ def main(argv=None) -> int:
             blocks = [qc.Block(d, k if d else 0, temp, qc.run_seed(r.seed, temp, i)) for i in range(runs)]
             scores = [res["summary"] for res in qc.run_blocks(engine, tasks, blocks)]
             out = {"spec": args.spec, "drafter": name, "k": k if d else 0, "temperature": temp, "runs": scores}
+            lines = [f"spec {args.spec} ({name}{f' k={k}' if d else ''}), T={temp}: score "
+                     + ", ".join(f"{s['score']:.1%}" for s in scores) + f" over {len(scores)} run(s)"]
         out.update(tasks=len(tasks), provenance=fingerprint.collect(recipe=r, engine=engine))
-    emit(out)
+    output(args, [*lines, f"  {len(tasks)} task(s); --json for the per-category scores"], out)
     return 0

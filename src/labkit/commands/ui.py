@@ -21,6 +21,7 @@ import time
 from labkit.provenance import tracking
 from labkit.provenance.ui_app import APP_NAME
 
+NO_JSON = "it serves the MLflow UI until stopped; its URL is on stderr"  # `labkit ui --json` says so
 STOP_S = 20.0  # how long the server group has to exit on SIGTERM before it is killed
 
 

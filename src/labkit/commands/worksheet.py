@@ -1,16 +1,16 @@
 """``labkit worksheet``: the chapter's two worksheets for a recipe, filled from logged runs:
 the short field worksheet (7 items) and the accounting table (Baseline / Candidate /
 Notes). Every field names the [LAB: …] run behind it or says "no data: <reason>".
-Human text goes to stderr (--format md: markdown on stdout); JSON is the last line."""
+By default both as text a person reads (one field per line); --format md prints markdown
+tables (what a document includes); --json the object."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 import pandas as pd
 
-from labkit.commands import emit
+from labkit.commands import add_json_flag, output
 from labkit.config.recipe import load, resolve
 from labkit.provenance import tracking
 from labkit.report import export, worksheet
@@ -21,19 +21,34 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--recipe", default=None, help="experiments/<name>.yaml or a path (default: default)")
     p.add_argument("--owner", default=None, help="who owns the keep/reject decision (default: recipe field owner)")
     p.add_argument("--format", choices=["text", "md"], default="text",
-                   help="text: human-readable on stderr; md: markdown tables on stdout")
-    return p
+                   help="text: one field per line (default); md: markdown tables")
+    return add_json_flag(p)
 
 
-def _text(title: str, rows: list[dict], cols: list[str]) -> str:
-    width = max(len(r[cols[0]]) for r in rows)
-    lines = [title, "=" * len(title)]
+def text_lines(recipe_name: str, short: list[dict], rows: list[dict]) -> list[str]:
+    """Both worksheets, one field per line: the seven items (decision last, as the chapter
+    orders them), then each accounting row with what is the same for both arms said once."""
+    lines = [f"Field worksheet (recipe {recipe_name}) [LAB:WORKSHEET §field]"]
+    for f in short:
+        parts = str(f["value"]).split(" | ")
+        lines.append(f"{f['item']}: {parts[0]}")
+        lines += [f"    {x}" for x in parts[1:]]
+        if f.get("source"):
+            lines.append(f"    [{f['source']}]")
+    lines += ["", f"Accounting table (recipe {recipe_name}) [LAB:WORKSHEET §accounting]"]
     for r in rows:
-        lines.append(f"{r[cols[0]]:<{width}}  " + " | ".join(f"{c}: {r[c]}" for c in cols[1:] if r.get(c))
-                     if len(cols) > 2 else f"{r[cols[0]]:<{width}}  {r[cols[1]]}")
+        lines.append(r["item"])
+        if r["candidate"] == worksheet.SAME or r["baseline"] == r["candidate"]:
+            lines.append(f"    both: {r['baseline']}")
+        elif str(r["candidate"]).startswith(worksheet.SAME):  # the baseline's, plus something
+            lines += [f"    both: {r['baseline']}", f"    candidate: {str(r['candidate'])[len(worksheet.SAME):].lstrip('; ')}"]
+        else:
+            lines += [f"    baseline: {r['baseline']}", f"    candidate: {r['candidate']}"]
+        if r.get("notes"):
+            lines.append(f"    notes: {r['notes']}")
         if r.get("source"):
-            lines.append(f"{'':<{width}}  [{r['source']}]")
-    return "\n".join(lines) + "\n"
+            lines.append(f"    [{r['source']}]")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -41,13 +56,14 @@ def main(argv=None) -> int:
     r = resolve(load(args.recipe))
     rows = worksheet.accounting(tracking.client(), r, owner=args.owner)
     short = worksheet.field_sheet(rows)
+    obj = {"recipe": r.name, "recipe_hash": r.hash, "field": short, "accounting": rows}
     if args.format == "md":
-        for sid, df in (("field", pd.DataFrame(short)), ("accounting", pd.DataFrame(rows))):
-            print(export.render({"id": f"LAB:WORKSHEET §{sid}", "title": f"{sid} worksheet, recipe {r.name}",
-                                 "data": df, "display": df}, "md"))
+        def human():
+            for sid, df in (("field", pd.DataFrame(short)), ("accounting", pd.DataFrame(rows))):
+                yield export.render({"id": f"LAB:WORKSHEET §{sid}", "title": f"{sid} worksheet, recipe {r.name}",
+                                     "data": df, "display": df}, "md")
     else:
-        print(_text(f"Field worksheet (recipe {r.name})", short, ["item", "value"]), file=sys.stderr)
-        print(_text(f"Accounting table (recipe {r.name})", rows, ["item", "baseline", "candidate", "notes"]),
-              file=sys.stderr)
-    emit({"recipe": r.name, "recipe_hash": r.hash, "field": short, "accounting": rows})
+        def human():
+            return text_lines(r.name, short, rows)
+    output(args, human, obj)
     return 0

@@ -1,11 +1,18 @@
 """Speculative vs plain generation of one prompt: interleaved pairs (the recipe's policy),
 the cold pair reported apart, speedup from the warm pairs, acceptance and the lossless check.
+
+The verdict is the paired ratio of the warm pairs with its interval (``analysis.decide``),
+decode-only (prefill left out: the drafter cannot change it) and end-to-end beside it. One
+prompt: the interval is over its rounds, a claim about that prompt only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import pandas as pd
+
+from labkit.analysis import decide
 from labkit.analysis.lossless import DEFAULT_NEAR_TIE, divergence_report
 from labkit.analysis.stats import spread, summarize, tokens_from
 from labkit.decoding.gate import AcceptanceGate
@@ -36,6 +43,8 @@ def bench_spec(
     interleave: str = order.DEFAULT_POLICY,
     progress: Progress = None,
     policy=None,
+    margin: float = decide.DEFAULT_MARGIN,
+    confidence: float = decide.DEFAULT_CONFIDENCE,
 ) -> dict:
     """Plain (k = 0) vs speculative generation of the same prompt, ``runs`` interleaved pairs.
 
@@ -43,6 +52,7 @@ def bench_spec(
     the ratio of median decode tok/s of the warm runs, with the range of per-pair ratios.
     ``policy`` (``decoding.policy``): the speculative arm chooses each step's draft length
     with it (``k`` is then its k_max; it learns across the runs, as it would in service).
+    ``margin`` / ``confidence``: the verdict's band and level (the recipe's decision_*).
     """
     common = dict(max_tokens=max_tokens, temperature=temperature)
     cold_base = run(engine, prompt, seed=seed, **common)
@@ -64,6 +74,8 @@ def bench_spec(
         summarize(s).decode_tok_s / summarize(b).decode_tok_s
         for b, s in zip(base_runs, spec_runs, strict=True)
     ]
+    e2e = [summarize(s).e2e_tok_s / summarize(b).e2e_tok_s for b, s in zip(base_runs, spec_runs, strict=True)]
+    name = "auto" if policy is not None else f"k={k}"
     pooled = summarize([rec for recs in spec_runs for rec in recs], k_max=k)
     out = {
         "kind": "spec",
@@ -78,6 +90,9 @@ def bench_spec(
         "speculative": spec,
         "speedup": (spec["decode_tok_s"]["median"] / base["decode_tok_s"]["median"]),
         "speedup_pairs": spread(ratios),
+        # the verdict: paired ratio, its CI and one of three words (decode-only; end-to-end beside it)
+        "decision": paired_ratio(ratios, unit="decode-only", name=name, margin=margin, confidence=confidence),
+        "decision_e2e": paired_ratio(e2e, unit="end-to-end", name=name, margin=margin, confidence=confidence),
         "cold": {"baseline": summarize(cold_base).to_dict(), "speculative": summarize(cold_spec).to_dict()},
         "acceptance": pooled.acceptance,
         "acceptance_tested": pooled.acceptance_tested,
@@ -106,3 +121,13 @@ def bench_spec(
             "speculative": [[r.to_dict() for r in recs] for recs in spec_runs],
         }
     return out
+
+
+def paired_ratio(ratios: Sequence[float], *, unit: str, name: str, margin: float = decide.DEFAULT_MARGIN,
+                 confidence: float = decide.DEFAULT_CONFIDENCE) -> dict:
+    """The warm pairs' ratios (round by round, one prompt) as ``decide.estimate`` judges them,
+    with the unit and a line a person reads: ``k=3 decode-only: 1.05× (95% CI 0.98–1.12), …``."""
+    est = decide.estimate(pd.DataFrame({"prompt": "prompt", "round": range(len(ratios)), "ratio": list(ratios)}),
+                          margin=margin, confidence=confidence)
+    line = est.line(f"{name} {unit}") + f"; {est.n_pairs} pair{'s' if est.n_pairs != 1 else ''}"
+    return {**est.to_dict(), "unit": unit, "line": line}

@@ -52,14 +52,17 @@ def advise(c, recipe, *, workload: str | None = None, temperature: float = 0.0) 
         judged = top.get("verdict") is not None and top.get("verdict") == top.get("verdict")
         wins = top["verdict"] == "wins" if judged else top["best_spec_speedup"] > 1.0
         name = f"{top['drafter']} k={int(top['best_spec_k'])}"
-        line = (f"{name}: {top['best_spec_speedup']:.2f}× decode-only ({kw['confidence']:.0%} CI {top['lo']:.2f}–"
-                f"{top['hi']:.2f}, best of {int(top['candidates'])} k), {top['verdict']}" if judged
+        ci = (f"{kw['confidence']:.0%} CI {top['lo']:.2f}–{top['hi']:.2f}" if judged and top["hi"] < float("inf")
+              else "one pair: no CI")
+        line = (f"{name}: {top['best_spec_speedup']:.2f}× decode-only ({ci}, best of {int(top['candidates'])} k), "
+                f"{top['verdict']}" if judged
                 else f"{name}: {top['best_spec_speedup']:.2f}× decode-only (median; no CI: logged before verdicts)")
         rows.append({"workload": wl, "recommend": name if wins else "disable",
                      "drafter": top["drafter"], "k": int(top["best_spec_k"]) if wins else 0,
                      "speedup": float(top["best_spec_speedup"]) if wins else 1.0,
                      "best_tested": name, "best_tested_speedup": float(top["best_spec_speedup"]),
                      "verdict": top["verdict"] if judged else None, "line": line})
+        rows[-1]["pairs"] = int(top["pairs"]) if judged and pd.notna(top.get("pairs")) else None
     glob = global_default(cells, rows=rows_tbl, **kw)
     tags = run.data.tags
     return {"recipe": recipe.name, "recipe_hash": recipe.hash, "source": lab_id, "temperature": temperature,

@@ -7,6 +7,11 @@ commit), and a ratio column for each machine against the first. Nothing is measu
 For the k sweep (``02_k_sweep``) a row is (workload, drafter, k) and its value the median
 tok/s of its greedy cells; for any other notebook a row is a logged scalar metric (its
 recorded ranges and ``lab.*`` bookkeeping left out).
+
+Every ratio of the k sweep also comes with its interval and verdict (``paired_ratios``):
+each machine's generations over the baseline's of the same prompt, temperature and round,
+through ``analysis.decide``. A logged scalar is one value per run: its ratio has no interval,
+and says so.
 """
 
 from __future__ import annotations
@@ -109,3 +114,34 @@ def render(table: pd.DataFrame, fmt: str, *, digits: int = 3) -> str:
              " & ".join(h.translate(esc) for h in head) + r" \\", r"\hline"]
     lines += [" & ".join(v.translate(esc) for v in r) + r" \\" for r in rows]
     return "\n".join(lines + [r"\hline", r"\end{tabular}"]) + "\n"
+
+
+def paired_ratios(c, runs: list[dict], *, notebook: str = "02_k_sweep", margin: float = 0.02,
+                  confidence: float = 0.95) -> list[dict]:
+    """Each compared run against the first (``runs`` as ``compare`` returns them), per (workload,
+    drafter, k) of the k sweep: decode tok/s paired by prompt, temperature and round, its CI
+    and verdict. Empty for other notebooks (one value per run: nothing to pair)."""
+    from labkit.analysis import decide
+
+    if not notebook.endswith("02_k_sweep") or len(runs) < 2:
+        return []
+    frames = []
+    for r in runs:
+        rows = load_table(c, c.get_run(r["run_id"]), "sweep-runs")
+        frames.append(rows[rows["temperature"] == 0].assign(_machine=r["label"]))
+    allrows = pd.concat(frames, ignore_index=True)
+    base = runs[0]["label"]
+    out = []
+    for r in runs[1:]:
+        arms = allrows[allrows["_machine"] == r["label"]].groupby(["workload", "drafter", "k"]).size().index
+        for wl, d, k in arms:
+            if d == decide.AA:
+                continue
+            pairs = decide.paired(allrows[allrows["workload"] == wl], arm={"_machine": r["label"], "drafter": d, "k": k},
+                                  base={"_machine": base, "drafter": d, "k": k}, value="decode_tok_s")
+            est = decide.estimate(pairs, margin=margin, confidence=confidence)
+            name = f"{r['label']}/{base} {wl} {d} k={int(k)}"
+            out.append({"measurement": f"{wl} {d} k={int(k)} tok/s", "against": base, "machine": r["label"],
+                        **est.to_dict(), "unit": "decode-only", "pairs": est.n_pairs,
+                        "line": est.line(name) + f"; decode-only, {est.n_pairs} pair{'s' if est.n_pairs != 1 else ''}"})
+    return out

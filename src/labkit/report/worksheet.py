@@ -10,6 +10,11 @@ re-bench) and the dominant inequality term live in the accounting table; when th
 concurrency re-bench is missing the short form's decision says it is provisional.
 
 Nothing here measures. A field with no run behind it says "no data: <reason>".
+
+Each cell says one thing in at most ``CELL_MAX`` characters: what is the same for baseline
+and candidate (the build, the model, where its weights went) is said once, in Baseline,
+with Candidate "same as baseline"; long provenance (every build flag, the load-log text)
+stays one ``labkit show`` of the cited run away.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ import pandas as pd
 
 from labkit.provenance.metric_keys import canonical_metrics
 from labkit.report.queries import NO_DATA
+
+SAME = "same as baseline"  # a candidate cell that would repeat the baseline's
+CELL_MAX = 200  # the longest cell the accounting table should have (tests hold a real run's to it)
 
 
 def decide(cells: pd.DataFrame, pred: pd.DataFrame | None, k_tested: list[int]) -> dict:
@@ -120,22 +128,22 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
     xcheck = (f"; vs llama-bench: {xline} [{cost.id}]" if xline else
               "; " + evidence.no_data("no llama-bench cross-check (run labkit reproduce --only 01_cost_fit)"))
     one = build.get("one_build")
-    lib = ("" if one is None else "; one build: Python's libllama is the tools' (sha256 "
-           f"{str(build.get('lib_sha256'))[:12]})" if one else f"; NOT one build: {build.get('one_build_why')}")
+    lib = ("" if one is None else "; one build with the tools" if one
+           else f"; NOT one build: {build.get('one_build_why')}")
     patches = f"; patches: {t['engine.patches']}" if t.get("engine.patches") else ""
-    add(ITEMS[0], text, text, f"flags: {t.get('engine.flags') or '-'}{patches}; threads {t.get('engine.threads', '-')}"
+    add(ITEMS[0], text, SAME, f"threads {t.get('engine.threads', '-')}; {_flags(t.get('engine.flags'))}{patches}"
         + lib + xcheck, sid)
     model = eng.get("model") or {}
     path = eng.get("model_path") or model.get("path")
     quant = eng.get("model_desc") or model.get("ftype") or evidence.no_data("no model description")
     art = (f"{path or t.get('model.name')} sha256 {t.get('model.sha256') or model.get('sha256')} ({quant})"
            if t.get("model.sha256") or model.get("sha256") else evidence.no_data("the run recorded no model checksum"))
-    draft = (f"; draft {t.get('draft.model.name')} sha256 {t.get('draft.model.sha256')}"
+    draft = (f"; plus draft {t.get('draft.model.name')} sha256 {t.get('draft.model.sha256')}"
              if d == "model" and t.get("draft.model.sha256") else "")
-    add(ITEMS[1], art, art + draft, "the candidate's drafter is " + (
+    add(ITEMS[1], art, SAME + draft, "the candidate's drafter is " + (
         "a draft model" if d == "model" else f"{d} (no extra weights)"), sid)
     spill = evidence.residency_text(evidence.json_tag(t, "residency"), build=build)
-    add(ITEMS[2], spill, spill, f"asked n_gpu_layers = {t.get('engine.n_gpu_layers', '-')}", sid)
+    add(ITEMS[2], spill, SAME, f"asked n_gpu_layers = {t.get('engine.n_gpu_layers', '-')}", sid)
     policy = (f"; also a candidate, k: auto (priced per step): {t['policy.line']}"
               + (f"; llama-server's closest flags: {t['policy.llama_server_flags']}"
                  if t.get("policy.llama_server_flags") else "")) if t.get("policy.line") else ""
@@ -199,6 +207,24 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
     power = evidence.newest(c, "05_power", recipe)
     add(ITEMS[12], *_power(c, power), power.id)
     return rows
+
+
+def _flags(flags: str | None) -> str:
+    """The build's CMake flags in a few words: the full list is on the run (`labkit show`)."""
+    if not flags:
+        return "flags: -"
+    words = str(flags).split()
+    if len(flags) <= 60:
+        return f"flags: {flags}"
+    native = next((w.split("=", 1)[1] for w in words if "GGML_NATIVE=" in w), None)
+    kind = {"OFF": "portable build (GGML_NATIVE=OFF)", "ON": "native build"}.get(native or "", "build")
+    return f"{kind}, {len(words)} CMake flags (labkit show)"
+
+
+def candidate_cell(r: dict) -> str:
+    """An accounting row's candidate in full: "same as baseline" read back as the baseline."""
+    c = str(r["candidate"])
+    return str(r["baseline"]) + c[len(SAME):] if c.startswith(SAME) else c
 
 
 def _power(c, power) -> tuple[str, str, str]:
@@ -332,9 +358,9 @@ def field_sheet(rows: list[dict]) -> list[dict]:
             elif p.startswith("decision"):
                 vals.append(f"{r['candidate']}; {r['notes']}")
             elif p.startswith(("engine build", "model artifact")):
-                vals.append(_compact(r["candidate"]))
+                vals.append(_compact(candidate_cell(r)))
             else:
-                vals.append(r["candidate"])
+                vals.append(candidate_cell(r))
             if r["source"] and r["source"] not in srcs:
                 srcs.append(r["source"])
         out.append({"item": item, "value": " | ".join(vals), "source": ", ".join(srcs) or None})
