@@ -109,8 +109,8 @@ def said_wins(res: dict, *, final: bool) -> bool:
 def test_no_false_wins_when_every_candidate_equals_plain():
     """Every candidate equal to plain (true ratio 1, with prompt effects the replay sees too):
     the search (ranking, selection, sequential rounds, held-out check) turns speculation on
-    in at most 5% of 200 replications. The choosing rounds alone say "wins" more often (about
-    9% here: a candidate whose choosing prompts suit it is ranked up and measured up, which
+    in at most 5% of 200 replications (2 when written). The choosing rounds alone say "wins"
+    more often (9 of 200 when written: a candidate whose choosing prompts suit it is ranked up and measured up, which
     Bonferroni over the measured candidates does not cover); the check on fresh prompts is
     what brings it down, so it is part of the decision, not a report beside it."""
     chosen = final = 0
