@@ -375,8 +375,9 @@ def final_line(d: dict) -> str:
     if d.get("final", d["setting"]) == OFF and d["setting"] == ON:
         return f"{d['workload']}: off (the held-out check failed: {d.get('check', '')})"
     held = ""
-    if d["setting"] == ON and d.get("check_inside") is not None:
-        held = "; held-out check " + ("inside its interval" if d["check_inside"] else "above its interval")
+    real = d.get("check_realised")
+    if d["setting"] == ON and d.get("check_inside") is not None and real is not None and real == real:
+        held = f"; held-out {real:.2f}×, " + ("inside its interval" if d["check_inside"] else "above its interval")
     return d["line"] + held
 
 

@@ -160,7 +160,8 @@ def search(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds: 
             progress(f"search: held-out {c['line']}")
     check_rows = pd.concat(check_parts, ignore_index=True) if check_parts else pd.DataFrame()
     for d, c in zip(decisions, checks, strict=True):
-        d.update(final=c["final"], check=c["line"], check_inside=c["inside"], check_failed=c["failed"])
+        d.update(final=c["final"], check=c["line"], check_inside=c["inside"], check_failed=c["failed"],
+                 check_realised=c.get("realised"))
 
     sampled = []
     others = tuple(t for t in temperatures if t != temp)
