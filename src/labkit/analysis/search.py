@@ -148,10 +148,57 @@ def summaries(rows: pd.DataFrame, arms: list[Arm], th: ladder.Thresholds, *, tem
     return out
 
 
-def open_arms(summ: list[dict], arms: list[Arm], th: ladder.Thresholds) -> list[Arm]:
-    """The arms whose verdict more rounds could still change (``analysis.protocol.settled``)."""
+def open_arms(summ: list[dict], arms: list[Arm], th: ladder.Thresholds, *, rows: pd.DataFrame | None = None,
+              temperature: float = 0.0) -> list[Arm]:
+    """The arms whose verdict more rounds could still change (``analysis.protocol.settled``).
+
+    After one round a prompt's rounds cannot say how much of the spread over prompts is round
+    noise, which more rounds shrink, and how much is the prompts themselves, which they do not;
+    the A/A arm can: plain over plain varies by round noise alone. With ``rows`` (carrying the
+    A/A arm), an arm measured for one round whose interval would still not clear the win line
+    at ``max_runs`` rounds, were all its round noise that large, is settled (futile) too."""
     tw = thresholds(th, len(arms))
-    return [a for a, s in zip(arms, summ, strict=True) if not ladder.settled(s, tw)]
+    noise = round_noise(rows, temperature) if rows is not None else None
+    out = []
+    for a, s in zip(arms, summ, strict=True):
+        if ladder.settled(s, tw):
+            continue
+        if noise is not None and s.get("rounds") == 1 and s.get("e2e_lo_at_budget") is None and tw.max_runs:
+            lo = _lo_at_budget(rows, a, tw, noise, temperature)
+            if lo is not None and lo <= tw.min_speedup * (1 + tw.margin):
+                s["e2e_lo_at_budget"] = lo
+                s["budget"] = (f"futile: even {tw.max_runs} rounds would leave the CI's lower end near {lo:.2f}× "
+                               "(the A/A arm's round noise)")
+                continue
+        out.append(a)
+    return out
+
+
+def round_noise(rows: pd.DataFrame, temperature: float = 0.0) -> float | None:
+    """The variance of a log ratio from round noise alone: plain over plain (the A/A arm's
+    pairs), which has no prompt effect. None without two A/A pairs."""
+    pairs = decide.paired(rows, arm={"drafter": decide.AA, "k": 0}, temperature=temperature)
+    r = pairs["ratio"].to_numpy(float)
+    r = np.log(r[np.isfinite(r) & (r > 0)])
+    return float(np.var(r, ddof=1)) if len(r) >= 2 else None
+
+
+def _lo_at_budget(rows: pd.DataFrame, arm: Arm, th: ladder.Thresholds, noise: float, temperature: float):
+    """The CI's lower end after ``th.max_runs`` rounds: the prompt part of the spread stays,
+    the round part (``noise``) shrinks as 1/rounds; the estimate stays where it is."""
+    from scipy import stats
+
+    pairs = decide.paired(rows, arm={"drafter": arm.drafter, "k": arm.k}, temperature=temperature)
+    r = pairs["ratio"].to_numpy(float)
+    ok = np.isfinite(r) & (r > 0)
+    means = pd.Series(np.log(r[ok])).groupby(pairs["prompt"].to_numpy()[ok]).mean()
+    n = len(means)
+    if n < 2:
+        return None
+    prompt_part = max(0.0, float(means.var(ddof=1)) - noise)
+    est = decide.estimate(pairs, **th.decide_kw())
+    half = float(stats.t.ppf(1 - (1 - est.level) / 2, n - 1)) * np.sqrt((prompt_part + noise / th.max_runs) / n)
+    return float(np.exp(float(means.mean()) - half)) * th.min_speedup
 
 
 def _ci(s: dict) -> str:
@@ -328,8 +375,9 @@ def final_line(d: dict) -> str:
     if d.get("final", d["setting"]) == OFF and d["setting"] == ON:
         return f"{d['workload']}: off (the held-out check failed: {d.get('check', '')})"
     held = ""
-    if d["setting"] == ON and d.get("check_inside") is not None:
-        held = "; held-out check " + ("inside its interval" if d["check_inside"] else "above its interval")
+    real = d.get("check_realised")
+    if d["setting"] == ON and d.get("check_inside") is not None and real is not None and real == real:
+        held = f"; held-out {real:.2f}×, " + ("inside its interval" if d["check_inside"] else "above its interval")
     return d["line"] + held
 
 

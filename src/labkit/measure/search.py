@@ -31,6 +31,10 @@ Progress = Callable[[str], None] | None
 # the ladder's first rung is a record, not a candidate: measured on this many choosing prompts per
 # workload (pooled over the workloads, as the chapter's protocol judges it), in the first round only
 LADDER_PROMPTS = 2
+# a drafter whose best case (every draft accepted) is this far below plain is not replayed: its D
+# and H are timed apart, so a margin for their noise (10%: the A/A spread of a quiet box); the
+# draft model of the default recipe reads 0.75-0.77 on a family 25 box (D 20.4 ms, H 19.6 ms)
+PRUNE_MARGIN = 0.10
 
 
 def from_recipe(recipe, engine, prompts: list, *, drafters: dict, vm, predicted: dict | None = None,
@@ -117,7 +121,7 @@ def search(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds: 
         r, t0 = runs, time.perf_counter()
         while True:
             summ = sr.summaries(rows, a, thresholds, temperature=temp)
-            open_ = sr.open_arms(summ, a, thresholds)
+            open_ = sr.open_arms(summ, a, thresholds, rows=rows, temperature=temp)
             spent = budget_s is not None and time.perf_counter() - t0 >= budget_s
             if not open_ or r >= max_runs or spent:
                 for s, x in zip(summ, a, strict=True):
@@ -156,7 +160,8 @@ def search(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds: 
             progress(f"search: held-out {c['line']}")
     check_rows = pd.concat(check_parts, ignore_index=True) if check_parts else pd.DataFrame()
     for d, c in zip(decisions, checks, strict=True):
-        d.update(final=c["final"], check=c["line"], check_inside=c["inside"], check_failed=c["failed"])
+        d.update(final=c["final"], check=c["line"], check_inside=c["inside"], check_failed=c["failed"],
+                 check_realised=c.get("realised"))
 
     sampled = []
     others = tuple(t for t in temperatures if t != temp)
@@ -199,7 +204,7 @@ def prune(engine, prompt, drafters: dict, *, ks: list[int], V, H: float, max_tok
     draft model) is replayed only if it could beat plain at some k of ``ks`` even when
     every draft is accepted. One replay at k = 1 on one prompt measures its cost per drafted
     token D; the best case at k emits k + 1 tokens for k·D + V(k + 1), against (k + 1)·H
-    plain; a drafter is left out when even that is more than ``SKIP_MARGIN`` below plain.
+    plain; a drafter is left out when even that is more than ``PRUNE_MARGIN`` below plain.
     A draft model as dear per step as the target (this project's CPUs) can never win, and
     replaying it at every k on every choosing prompt costs minutes."""
     from labkit.analysis import replay as rp
@@ -220,7 +225,7 @@ def prune(engine, prompt, drafters: dict, *, ks: list[int], V, H: float, max_tok
             continue
         D = sum(x["draft_ms"] for x in steps) / drafted
         bound, k = max(((k + 1) * H / (k * D + float(V(k + 1))), k) for k in spec)
-        if bound >= 1 - mp.SKIP_MARGIN:  # a margin for the noise of two timings taken apart
+        if bound >= 1 - PRUNE_MARGIN:  # a margin for the noise of two timings taken apart
             keep[name] = d
             continue
         out[name] = (f"cannot beat plain at any k even accepting every draft: it drafts at {D:.1f} ms a token "
