@@ -446,8 +446,8 @@ def human_and_json(capsys, argv: list[str], *, ok=(0,)) -> tuple[list[str], dict
 
 def _two_hosts(c, book, tmp_path, monkeypatch) -> str:
     """SYNTHETIC: the real sweep's runs logged again as two hosts of recipe synthetic-compare
-    (each round twice, so that an interval exists), host-b's tok/s exactly 1.1× host-a's: the
-    paired interval is then 1.1–1.1, and any mispairing (prompt, temperature, round) widens it."""
+    (each round again at 0.9×, so that an interval exists), host-b's tok/s exactly 1.1× host-a's:
+    the paired interval is then 1.1–1.1, and any mispairing (prompt, temperature, round) widens it."""
     from labkit.lab.session import Lab
 
     real = c.get_run(book["02_k_sweep"]["run_id"])
@@ -457,7 +457,10 @@ def _two_hosts(c, book, tmp_path, monkeypatch) -> str:
         monkeypatch.setenv("LABKIT_HOST_LABEL", label)
         lab = Lab(notebook="02_k_sweep", recipe=from_dict({**SWEEP, "name": "synthetic-compare"}), params={})
         rows = load_table(c, real, "sweep-runs")
-        rows = pd.concat([rows, rows.assign(run=rows["run"] + 1000)], ignore_index=True)  # 2 rounds: an interval
+        # a second round, 0.9× the first on both hosts: an interval, and a pairing that matters
+        again = rows.assign(run=rows["run"] + 1000, decode_tok_s=rows["decode_tok_s"] * 0.9,
+                            e2e_tok_s=rows["e2e_tok_s"] * 0.9)
+        rows = pd.concat([rows, again], ignore_index=True)
         for col in ("decode_tok_s", "e2e_tok_s"):
             rows[col] = rows[col] * f
         cells = load_table(c, real, "sweep-cells")
