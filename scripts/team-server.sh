@@ -244,7 +244,10 @@ start() {
     [ -x "$MLFLOW" ] || die "$MLFLOW not found" "run make setup, or set LABKIT_MLFLOW"
     "$PY" -c 'import psycopg2' 2>/dev/null ||
         die "psycopg2 is missing in $(dirname "$MLFLOW")" "$PY -m pip install psycopg2-binary"
-    if mlflow_alive && healthy; then log "already running"; url; return; fi
+    if mlflow_alive && healthy; then
+        tls_on && ! proxy_alive && die "the team server runs without TLS" "stop it (make team-server-stop), then start it with TLS"
+        log "already running"; url; return
+    fi
     # Something else answering on the port would pass the /health wait below.
     if healthy; then die "$(url) already answers (another server)" "stop it, or set LABKIT_TEAM_PORT"; fi
     # Before anything starts: refuse an open non-loopback bind, or a weak admin password.
