@@ -61,6 +61,12 @@ def test_advise_the_worksheet_and_the_summary_agree(run, capsys):
     assert sheet["the mix"] == adv["mix"]
     one = advise.advise(c, eff, workload="edit")["per_workload"]
     assert [x["line"] for x in one] == [lines["edit"]]
+    # the terminal's form of it: each workload's line first, the mix after, no line over 300 characters
+    from labkit.commands import MAX_LINE
+    from labkit.commands.advise import lines as human
+
+    said = human(adv)
+    assert said[0].startswith(lines["code"]) and adv["mix"] in said and max(map(len, said)) <= MAX_LINE
     from labkit.commands.reproduce import _decisions
 
     _decisions([{**run, "notebook": "02_k_sweep", "status": "FINISHED"}])
