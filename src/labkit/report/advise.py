@@ -40,12 +40,7 @@ def advise(c, recipe, *, workload: str | None = None, temperature: float = 0.0) 
     except LabkitError:
         rows_tbl = None
     kw = {"margin": getattr(recipe, "decision_margin", 0.02), "confidence": getattr(recipe, "decision_confidence", 0.95)}
-    best = best_k(cells, rows=rows_tbl, **kw)
-    if workload:
-        best = best[best["workload"] == workload]
-        if best.empty:
-            raise LabkitError(f"the sweep has no workload {workload!r}",
-                              f"measured: {', '.join(sorted(cells['workload'].unique()))}")
+    best = _only(best_k(cells, rows=rows_tbl, **kw), workload, measured=cells["workload"])
     rows = []
     for wl, g in best.groupby("workload"):
         top = g.loc[g["best_spec_speedup"].idxmax()]  # the best drafter and k tested on this workload
@@ -73,6 +68,18 @@ def advise(c, recipe, *, workload: str | None = None, temperature: float = 0.0) 
                        if tags.get("policy.line") else None)}
 
 
+def _only(table, workload: str | None, *, measured):
+    """``table``'s rows of ``workload`` (all rows when None); a workload the sweep did not
+    measure is refused, naming those it did."""
+    if not workload:
+        return table
+    hit = table[table["workload"] == workload]
+    if hit.empty:
+        raise LabkitError(f"the sweep has no workload {workload!r}",
+                          f"measured: {', '.join(sorted(set(measured)))}")
+    return hit
+
+
 def setting_text(r: dict) -> str:
     """A workload's setting as the recipe's ``workload_settings`` writes it: "ngram k=5",
     "ngram k=auto" or "off"."""
@@ -85,12 +92,8 @@ def setting_text(r: dict) -> str:
 
 def _search_advice(c, run, lab_id: str, recipe, workload: str | None) -> dict:
     """``advise`` from the search's decisions table (one row per workload)."""
-    table = load_table(c, run, "search-decisions")
-    if workload:
-        table = table[table["workload"] == workload]
-        if table.empty:
-            raise LabkitError(f"the sweep has no workload {workload!r}",
-                              f"measured: {', '.join(sorted(load_table(c, run, 'search-decisions')['workload']))}")
+    whole = load_table(c, run, "search-decisions")
+    table = _only(whole, workload, measured=whole["workload"])
     from labkit.analysis.search import final_line
 
     rows = []
