@@ -57,8 +57,9 @@ def test_advise_the_worksheet_and_the_summary_agree(run, capsys):
     assert adv["by"] == "search" and adv["source"] == run["id"]
     lines = {r["workload"]: r["line"] for r in adv["per_workload"]}
     sheet = {f["field"].strip(): f["value"] for f in worksheet.worksheet(c, eff)}
-    assert sheet["edit"] == lines["edit"] and sheet["code"] == lines["code"]
-    assert sheet["the mix"] == adv["mix"]
+    # the worksheet's item 7 says each workload's line under its name (the name said once)
+    assert lines["edit"] == f"edit: {sheet['edit']}" and lines["code"] == f"code: {sheet['code']}"
+    assert adv["mix"] == f"the mix {sheet['the mix']}"
     one = advise.advise(c, eff, workload="edit")["per_workload"]
     assert [x["line"] for x in one] == [lines["edit"]]
     # the terminal's form of it: each workload's line first, the mix after, no line over 300 characters

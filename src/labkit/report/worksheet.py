@@ -365,8 +365,13 @@ def field_sheet(rows: list[dict]) -> list[dict]:
                 srcs.append(r["source"])
         out.append({"item": item, "value": " | ".join(vals), "source": ", ".join(srcs) or None})
         if item.startswith("7."):  # the search's per-workload decisions, each its own line
-            out += [{"item": f"   {r['item'][len(DECISION_FOR):]}", "value": r["candidate"], "source": r["source"]}
-                    for r in rows if r["item"].startswith(DECISION_FOR)]
+            for r in rows:
+                if r["item"].startswith(DECISION_FOR):
+                    label = r["item"][len(DECISION_FOR):]
+                    value = str(r["candidate"])  # its own label said once ("edit: on, …" under "edit")
+                    for lead in (f"{label}: ", f"{label} "):
+                        value = value[len(lead):] if value.startswith(lead) else value
+                    out.append({"item": f"   {label}", "value": value, "source": r["source"]})
     return out
 
 
