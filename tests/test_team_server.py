@@ -76,7 +76,7 @@ class Team:
         self.netrc: dict[str, str] = {}
 
     def add(self, name: str, role: str) -> None:
-        r = _cli(["team", "user", "add", name, "--role", role], env=self.script_env)
+        r = _cli(["team", "user", "add", name, "--role", role, "--json"], env=self.script_env)
         assert r.returncode == 0, r.stderr[-2000:]
         self.netrc[name] = json.loads(r.stdout.strip().splitlines()[-1])["credentials"]
         self.creds[name] = _netrc(self.netrc[name])
@@ -205,9 +205,9 @@ def reproduction(team):
 
 
 def _show_and_regen(team, fig: str, out: Path, who: str) -> tuple[str, dict, bytes]:
-    r = _cli(["show", fig], env=team.env(who))
+    r = _cli(["show", fig, "--json"], env=team.env(who))
     assert r.returncode == 0, r.stderr[-3000:]
-    g = _cli(["regen", fig, "--out", str(out)], env=team.env(who))
+    g = _cli(["regen", fig, "--out", str(out), "--json"], env=team.env(who))
     assert g.returncode == 0, g.stderr[-3000:]
     res = json.loads(g.stdout.strip().splitlines()[-1])
     assert res["identical"] is True

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.commands import emit, progress
+from labkit.commands import add_json_flag, output
 from labkit.provenance import team
 
 
@@ -30,13 +30,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     add.add_argument("--role", required=True, choices=team.ROLES)
     add.add_argument("--machine", default=None,
                      help="the host name clients reach the server by, for the netrc line (default: the URL's)")
+    add_json_flag(add)
     return p
 
 
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
     res = team.add_user(args.name, args.role, machine=args.machine)
-    progress(f"user {res['user']} ({res['role']}) on {res['url']}; credentials in {res['credentials']} "
-             "(mode 0600): hand them over, to append to ~/.netrc")
-    emit(res)
+    output(args, [f"user {res['user']} ({res['role']}) on {res['url']}; credentials in {res['credentials']} "
+                  "(mode 0600): hand them over, to append to ~/.netrc"], res)
     return 0

@@ -126,11 +126,11 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
     cost = evidence.newest(c, "01_cost_fit", recipe)
     xline = cost.tags.get("crosscheck.line") if cost.run is not None else None
     xcheck = (f"; vs llama-bench: {xline} [{cost.id}]" if xline else
-              "; " + evidence.no_data("no llama-bench cross-check (run labkit reproduce --only 01_cost_fit)"))
+              "; " + evidence.no_data("no llama-bench cross-check (labkit reproduce --only 01)"))
     one = build.get("one_build")
     lib = ("" if one is None else "; one build with the tools" if one
            else f"; NOT one build: {build.get('one_build_why')}")
-    patches = f"; patches: {t['engine.patches']}" if t.get("engine.patches") else ""
+    patches = f"; {_patches(t['engine.patches'])}" if t.get("engine.patches") else ""
     add(ITEMS[0], text, SAME, f"threads {t.get('engine.threads', '-')}; {_flags(t.get('engine.flags'))}{patches}"
         + lib + xcheck, sid)
     model = eng.get("model") or {}
@@ -219,6 +219,12 @@ def _flags(flags: str | None) -> str:
     native = next((w.split("=", 1)[1] for w in words if "GGML_NATIVE=" in w), None)
     kind = {"OFF": "portable build (GGML_NATIVE=OFF)", "ON": "native build"}.get(native or "", "build")
     return f"{kind}, {len(words)} CMake flags (labkit show)"
+
+
+def _patches(text: str) -> str:
+    """The patches the build carries, by name (their upstream references are on the run)."""
+    names = [part.split(" (")[0].removesuffix(".patch") for part in str(text).split("; ")]
+    return f"patched: {', '.join(names)}"
 
 
 def candidate_cell(r: dict) -> str:
