@@ -62,10 +62,6 @@ class Arm:
             return f"{self.drafter.split('+')[0]} k auto (≤{self.k})"
         return f"{self.drafter} k={self.k}"
 
-    @property
-    def base_drafter(self) -> str:
-        return self.drafter.split("+")[0]
-
 
 # -- 1. the split --------------------------------------------------------------------------
 def split(prompts: list, *, check_share: float, seed: int) -> tuple[list, list]:
@@ -241,15 +237,14 @@ def check(decision: dict, rows: pd.DataFrame, *, margin: float = decide.DEFAULT_
     realises below its interval's lower end, or loses, fails and falls back to off."""
     out = {"workload": decision["workload"], "decided": decision["setting"], "label": decision.get("label"),
            "predicted": decision.get("ratio"), "predicted_lo": decision.get("lo"), "predicted_hi": decision.get("hi")}
+    unmeasured = {**out, "realised": None, "realised_lo": None, "realised_hi": None, "realised_verdict": None,
+                  "pairs": 0, "inside": None, "final": OFF}
     if decision.get("drafter") is None:
-        return {**out, "realised": None, "realised_lo": None, "realised_hi": None, "realised_verdict": None,
-                "pairs": 0, "inside": None, "failed": False, "final": OFF,
-                "line": f"{decision['workload']}: no candidate to check"}
+        return {**unmeasured, "failed": False, "line": f"{decision['workload']}: no candidate to check"}
     est = decide.compare(rows, arm={"drafter": decision["drafter"], "k": int(decision["k"])},
                          temperature=temperature, margin=margin, confidence=confidence)
     if est.ratio is None:
-        return {**out, "realised": None, "realised_lo": None, "realised_hi": None, "realised_verdict": None,
-                "pairs": 0, "inside": None, "failed": decision["setting"] == ON, "final": OFF,
+        return {**unmeasured, "failed": decision["setting"] == ON,
                 "line": f"{decision['workload']}: held-out check measured no pairs: off"}
     lo, hi = decision.get("lo"), decision.get("hi")
     inside = bool(lo is not None and hi is not None and lo <= est.ratio <= hi)
