@@ -250,21 +250,24 @@ def test_a_budget_smaller_than_one_round_is_refused_before_measuring():
 @pytest.mark.slow  # the draft model, one replay
 def test_a_draft_model_as_dear_as_the_target_is_not_replayed(engine, draft_engine):
     """The Q4_0 draft model of the same 270M weights costs about a target step per drafted
-    token: even accepting every draft it cannot beat plain (V(2) > H on this CPU), so the
-    search leaves it out of the replay and says why; n-gram lookup (no engine) is kept.
-    A verify model that made verifying free would keep it."""
+    token. Where verifying m rows costs m plain steps (no batching gain, the unpatched build
+    on several of this project's CPUs), even accepting every draft it cannot beat plain: the
+    search leaves it out of the replay and says why; n-gram lookup (no engine) is kept. A
+    verify model that made verifying free would keep it. The draft's cost D is measured on
+    the real engines; the verify curves are given, so the answer does not depend on the box."""
     from labkit.analysis import costmodel
     from labkit.decoding.drafters.model import ModelDrafter
     from labkit.decoding.drafters.ngram import NgramDrafter
     from labkit.measure import verify_cost
     from labkit.suites.workloads import load_workload
 
-    vm = costmodel.fit_verify_model(costmodel.verify_frame(
-        verify_cost.bench_verify(engine, m_values=range(1, 8), rounds=3, kv_depth=32)))
+    H = costmodel.fit_verify_model(costmodel.verify_frame(
+        verify_cost.bench_verify(engine, m_values=range(1, 4), rounds=3, kv_depth=32))).H
     prompt = load_workload("edit", limit=1)[0]
     drafters = {"ngram": NgramDrafter(), "model": ModelDrafter(draft_engine, target=engine)}
-    keep, out = ms.prune(engine, prompt, drafters, ks=[0, 1, 2, 3, 4, 5, 6], V=vm.V, H=vm.H, max_tokens=32)
+    keep, out = ms.prune(engine, prompt, drafters, ks=[0, 1, 2, 3, 4, 5, 6], V=lambda m: H * np.asarray(m, float),
+                         H=H, max_tokens=32)
     assert list(keep) == ["ngram"] and "cannot beat plain" in out["model"] and "not replayed" in out["model"]
     free, none = ms.prune(engine, prompt, drafters, ks=[0, 1, 2, 3, 4, 5, 6], V=lambda m: 0.0 * np.asarray(m),
-                          H=vm.H, max_tokens=32)
+                          H=H, max_tokens=32)
     assert "model" in free and not none

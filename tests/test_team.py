@@ -395,8 +395,8 @@ def test_two_clones_two_hosts_one_team_server(team_server, tmp_path):
         assert r.returncode == 0 and _last_json(r)["provenance"]["host.label"] == there, r.stderr[-3000:]
         r = _cli(["regen", fig, "--out", str(tmp_path / f"regen-{here}"), "--json"], env=env, cwd=clones[here], timeout=300)
         assert r.returncode == 0 and _last_json(r)["identical"], r.stderr[-3000:]
-    r = _cli(["compare", "--recipe", recipe, "--notebook", "01_cost_fit", "--by", "host", "--json"], env=_env(clones["host-a"], team_server),
-             cwd=clones["host-a"], timeout=300)
+    compare = ["compare", "--recipe", recipe, "--notebook", "01_cost_fit", "--by", "host"]
+    r = _cli(compare + ["--json"], env=_env(clones["host-a"], team_server), cwd=clones["host-a"], timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     out = _last_json(r)
     assert sorted(x["label"] for x in out["runs"]) == ["host-a", "host-b"]
@@ -404,4 +404,5 @@ def test_two_clones_two_hosts_one_team_server(team_server, tmp_path):
     a, b = (x["label"] for x in out["runs"])
     h = next(row for row in out["rows"] if row["measurement"] == "verify/H_ms")
     assert h[f"{b}/{a}"] == pytest.approx(h[b] / h[a])
-    assert f"| measurement | {a} | {b} | {b}/{a} |" in r.stdout
+    r = _cli(compare, env=_env(clones["host-a"], team_server), cwd=clones["host-a"], timeout=300)
+    assert r.returncode == 0 and f"| measurement | {a} | {b} | {b}/{a} |" in r.stdout, r.stderr[-3000:]
