@@ -3,8 +3,10 @@ the per-host cache and its refusals, `labkit machine probe` logged to a real MLf
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from labkit.analysis import plan
@@ -38,6 +40,12 @@ def test_streaming_read_measures_bandwidth():
 def test_no_accelerator_is_said_not_guessed():
     assert machine.device_bandwidth("none", {})["note"] == "not measured: no accelerator"
     assert "cannot offload" in machine.device_bandwidth("NVIDIA X, 24 GiB", {"gpu_offload_supported": False})["note"]
+
+
+def test_a_build_with_other_patches_is_another_profile():
+    patched = {**BUILD, "patches": [{"name": "a.patch", "sha256": "1"}]}
+    assert machine.cache_key(HOST, BUILD) != machine.cache_key(HOST, patched)
+    assert machine.cache_key(HOST, patched) != machine.cache_key(HOST, {**BUILD, "patches": [{"sha256": "2"}]})
 
 
 def test_cache_is_per_host_and_another_hosts_profile_must_be_named(profiles, tmp_path):
@@ -93,6 +101,11 @@ def test_probe_measures_this_host_and_predicts_its_own_calibration_model(probed,
     errs = [plan.verify_ms(prof, p, plan.Placement(), m) / by_m[m] - 1 for m in by_m]
     assert abs(errs[0]) < 0.05  # m = 1 is H by construction
     assert sorted(abs(e) for e in errs)[len(errs) // 2] < 0.25  # in sample: the form, not the numbers
+    # the head (tied, unrepacked) measured apart: one-logit-row decodes beside every-row ones
+    cal, host = p["calibration"], p["host"]
+    assert [r["m"] for r in cal["body"]] == list(range(2, 9)) and cal["head_params"] == plan.head_params(prof)
+    assert set(host["head_rows_ns_per_param_by_m"]) == set(host["rows_ns_per_param_by_m"]) == {str(m) for m in
+                                                                                               range(2, 9)}
 
 
 @pytest.mark.slow
@@ -109,6 +122,50 @@ def test_machine_probe_command_caches_and_logs_a_run(profiles, store, capsys):
     assert list(profiles.glob("profile-*.json"))
     run = tracking.find_run(tracking.client(), doc["lab_id"].removeprefix("LAB:"))
     assert run.data.metrics["host_bandwidth_gbs"] == pytest.approx(doc["host"]["bandwidth_gbs"])
+
+
+def _bench(H, body, extra, ms=range(2, 9)):
+    """A verify bench result as bench_verify(body=True) writes it, from exact curves (constructed
+    numbers, no noise): every-row V(m) = body(m) + extra(m), one-logit-row body(m), H at m = 1."""
+    return {"verify": [{"m": 1, "median": H, "values": [H, H]}]
+            + [{"m": m, "median": body(m) + extra(m), "values": [body(m) + extra(m)] * 2} for m in ms],
+            "body": [{"m": m, "median": body(m), "values": [body(m)] * 2} for m in ms],
+            "head_extra": [{"m": m, "values": [extra(m)] * 2} for m in ms]}
+
+
+def test_the_head_is_its_own_op_class_and_each_measured_m_is_priced_as_measured(embedded):
+    """Constructed curves on the embedded model's real header (tied 262,144 × 640 head): the
+    body's extra is a staircase (4-row tiles: flat within a tile), the head's a line. The
+    calibrated planner gives back V(m) exactly at every measured m, the line beyond it, and
+    prices an untied-head model's head at the body's rates (it is repacked like the body)."""
+    prof = read_profile(embedded.path)
+    head = plan.head_params(prof)
+    assert head == prof.output_elements == 262144 * 640 and prof.output_tied
+    H, bw, over = 20.0, 25.0, 0.1
+    body = lambda m: H + 2.0 * (m - 1) + 3.0 * ((m - 1) // 4)  # noqa: E731
+    extra = lambda m: 1.0 + 2.5 * (m - 1)  # noqa: E731
+    cal = machine.calibrate(_bench(H, body, extra), prof, bandwidth_gbs=bw, overhead_ms=over)
+    assert cal["head_params"] == head and set(cal["head_rows_ns_per_param_by_m"]) == {str(m) for m in range(2, 9)}
+    prof_m = {"overhead_ms": over, "host": {"bandwidth_gbs": bw, **{k: cal[k] for k in
+                                            machine.COMPUTE_RATES + machine.HEAD_RATES + machine.RATE_TABLES}}}
+    for m in range(1, 9):
+        assert plan.verify_ms(prof, prof_m, plan.Placement(), m) == pytest.approx(body(m) + (m > 1) * extra(m))
+    # beyond the table: each class's line (the head's exact, the staircase's least squares)
+    got = plan.verify_ms(prof, prof_m, plan.Placement(), 12)
+    ms = np.arange(2, 9)
+    b, a = np.polyfit(ms, [body(m) for m in ms], 1)
+    odd = np.polyfit(ms, [body(m) - (a + b * m) for m in ms], 0)  # parity term, near 0 here
+    assert got == pytest.approx(a + 12 * b + extra(12), rel=0.05) and abs(odd[0]) < 1
+    # one class (no one-row curve, as older profiles): the whole model at the line's rates
+    flat = machine.calibrate({"verify": _bench(H, body, extra)["verify"]}, prof, bandwidth_gbs=bw, overhead_ms=over)
+    assert flat["head_row_ns_per_param"] is None and flat["head_params"] == 0
+    # an untied head: no head class, the head's parameters at the body's rates
+    untied = dataclasses.replace(prof, output_tied=False)
+    assert plan.head_params(untied) == 0
+    two = plan.verify_ms(untied, prof_m, plan.Placement(), 2)
+    act = machine.active_params(prof)["params"]
+    assert two == pytest.approx(plan.verify_ms(prof, prof_m, plan.Placement(), 1)
+                                + act * cal["rows_ns_per_param_by_m"]["2"] * 1e-6)
 
 
 def test_a_plan_at_fewer_threads_reads_that_counts_bandwidth_and_scales_compute():

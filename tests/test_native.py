@@ -127,6 +127,31 @@ def test_another_llama_cpp_lib_path_is_recorded_and_warned(built, tmp_path):
     assert info["one_build"] is False and info["lib_path"] == str((other / "libllama.so").resolve())
     assert info["lib_path_env"] == str(other) and str(other) in info["one_build_why"]
     assert "WARNING" in p.stderr and "LLAMA_CPP_LIB_PATH" in p.stderr
+    # not a labkit build (no build.json beside it): its flags and patches are unknown, never
+    # the installed build's (which would put the wrong build on every number)
+    assert info["patches"] is None and info["cmake_args"].startswith("unknown:")
+    assert "unknown patches" in p.stderr
+
+
+def test_an_unpatched_labkit_build_on_llama_cpp_lib_path_is_recorded_as_unpatched(built, tmp_path):
+    """A copy laid out as a labkit build (<dir>/build/bin, build.json) whose record carries no
+    patches, as a build from before the kernel patch: the run records no patches and its own
+    flags, and the warning names what it lacks and the fix."""
+    top = tmp_path / "llama.cpp-old"
+    other = top / "build" / "bin"
+    other.mkdir(parents=True)
+    for so in Path(built["bin"]).glob("lib*.so*"):
+        shutil.copy2(so, other / so.name)
+    rec = {k: v for k, v in json.loads((Path(built["dir"]) / "build.json").read_text()).items() if k != "patches"}
+    (top / "build.json").write_text(json.dumps({**rec, "cmake_args": "-DGGML_NATIVE=OFF (the old build)"}))
+    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(other)}
+    p = subprocess.run([sys.executable, "-c", "import json; from labkit.engines.llamacpp import build_info; "
+                        "print(json.dumps(build_info()))"], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    assert info["one_build"] is False and info["patches"] == [] and info["cmake_args"] == "-DGGML_NATIVE=OFF (the old build)"
+    assert info["dir"] == str(top)
+    assert "carries no patches, not labkit's tinyblas-q0-small-n.patch" in p.stderr and "make setup" in p.stderr
 
 
 def test_the_setup_entry_point_runs_without_numpy(tmp_path):

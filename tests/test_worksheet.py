@@ -11,6 +11,7 @@ import pytest
 
 import tiny  # tests/tiny.py
 from labkit.config.recipe import effective_recipe, from_dict
+from labkit.engines.llamacpp import build_info as engine_build_info
 from labkit.provenance import ids, tracking
 from labkit.provenance import reproduce as rp
 from labkit.report import candidate, decision, evidence, worksheet
@@ -72,6 +73,12 @@ def test_accounting_table_every_field_sourced_or_no_data(book):
     assert "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818" in model and "Q4_K" in model
     assert ".gguf" in model  # the path, from the engine record
     assert "llama.cpp commit" in by["engine build (pinned commit)"]["baseline"]
+    # which CPU variant and which patches, from the run's own build record
+    build = engine_build_info()
+    notes = by["engine build (pinned commit)"]["notes"]
+    if "GGML_AVX2=ON" in build["cmake_args"] and "GGML_AVX512=ON" not in build["cmake_args"]:
+        assert "portable AVX2 build" in notes, notes
+    assert all(p["name"].removesuffix(".patch") in notes for p in build.get("patches") or []), notes
     dec = by["decision (keep/reject, owner)"]
     assert dec["candidate"].split(":")[0] in ("keep", "reject") and "owner: bob" in dec["notes"]
     assert dec["notes"].split("speculation: ")[1].split(":")[0] in ("keep", "widen", "narrow (shorten drafts)",

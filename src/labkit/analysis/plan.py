@@ -10,7 +10,13 @@ One verify of R rows (c streams × m rows each) costs
            grows with rows exactly where the chapter says: on spill-bound MoE layers)
          + compute: active parameters per row × (t1 for the first row, + t_batch once R ≥ 2 (a
            batch runs other kernels than a one-row product), + t_row per further row), + t_odd
-           × the weights every row meets when R is odd and ≥ 3 (the CPU's row-pair kernels)
+           × the weights every row meets when R is odd and ≥ 3 (the CPU's row-pair kernels);
+           rows 2..R in two op classes where the profile measured them apart: the head (an
+           output matrix the CPU backend leaves unrepacked, ``head_params``) at its own
+           t_batch, t_row and t_odd, the body (every other weight) at the body's; and for a
+           row count the probe measured (2..8), each class's measured extra of R rows over
+           one, per parameter, in place of that line (the kernels work in tiles of rows:
+           the extra is a staircase in R, which no line through it prices)
 
 and a step at draft length k yields 1 + Σ_{i≤k} p_i tokens, p_i the probability that draft
 position i is accepted (non-increasing in i). Plain decoding is V(1) per token. Everything
@@ -87,6 +93,14 @@ def active_params_by_side(model: ModelProfile, p: Placement) -> dict:
     return verify_terms(model, {"host": {"bandwidth_gbs": 1.0}, "device": {"bandwidth_gbs": 1.0}}, p, 1)["active"]
 
 
+def head_params(model: ModelProfile) -> float:
+    """Parameters of the output head priced as its own class on a CPU: a tied output (the
+    token embedding, e.g. gemma-3's 262,144 × 640) stays in the mapped buffer the embedding
+    lookup reads, so ggml never repacks it for batched products, and its rows beyond the first
+    run other kernels than the repacked body's. An untied output is repacked like the body: 0."""
+    return float(model.output_elements) if model.output_tied else 0.0
+
+
 def verify_terms(model: ModelProfile, machine: dict, p: Placement, rows: float) -> dict:
     """ms per term of one decode of ``rows`` rows (see the module doc); ``ms`` is their sum."""
     host, dev = machine["host"], machine.get("device") or {}
@@ -116,18 +130,35 @@ def verify_terms(model: ModelProfile, machine: dict, p: Placement, rows: float) 
     for k in ("host_read", "host_experts"):
         t[k] = t[k] / (_rate(host, "bandwidth_gbs") * 1e6) if t[k] else 0.0
     odd = 1.0 if rows >= 3 and int(round(rows)) % 2 == 1 else 0.0
+    # the head as its own class: on the host, where the profile measured its rates apart
+    head = head_params(model) if not out_dev and host.get("head_row_ns_per_param") is not None else 0.0
     for name, side in (("host", host), ("device", dev)):
         if active[name]:
-            per = _rate(side, "matvec_ns_per_param") + (rows - 1) * _rate(side, "row_ns_per_param")
-            if rows >= 2:  # a batch is another kernel than the one-row product: its own step
-                per += _rate(side, "batch_ns_per_param")
-            # an odd row count costs extra where every row meets the same weights (a routed
-            # expert sees ~rows·u/E rows, so the row-pair kernels' odd one out is not its cost)
-            t["compute"] += (active[name] * per + dense[name] * odd * _rate(side, "odd_ns_per_param")) * 1e-6
+            h = head if name == "host" else 0.0
+            t["compute"] += active[name] * _rate(side, "matvec_ns_per_param") * 1e-6
+            t["compute"] += _rows_extra(side, "", active[name] - h, dense[name] - h, rows, odd)
+            if h:
+                t["compute"] += _rows_extra(side, "head_", h, h, rows, odd)
     t["overhead"] = float(machine.get("overhead_ms") or 0.0)
     t["ms"] = sum(t.values())
     t["active"] = active
     return t
+
+
+def _rows_extra(side: dict, cls: str, params: float, dense: float, rows: float, odd: float) -> float:
+    """ms the rows beyond the first add for ``params`` parameters of one op class (``cls``:
+    "" the body, "head_" the head): the measured per-m table where it has this row count,
+    else the line (t_batch + (R − 1)·t_row) and the odd-row extra on the ``dense`` part."""
+    if rows < 2 or not params:
+        return 0.0
+    table = side.get(f"{cls}rows_ns_per_param_by_m") or {}
+    key = str(int(rows)) if float(rows).is_integer() else None
+    if key in table:
+        return params * float(table[key]) * 1e-6
+    per = (rows - 1) * _rate(side, f"{cls}row_ns_per_param") + _rate(side, f"{cls}batch_ns_per_param")
+    # an odd row count costs extra where every row meets the same weights (a routed expert
+    # sees ~rows·u/E rows, so the row-pair kernels' odd one out is not its cost)
+    return (params * per + dense * odd * _rate(side, f"{cls}odd_ns_per_param")) * 1e-6
 
 
 def verify_ms(model: ModelProfile, machine: dict, p: Placement, rows: float) -> float:

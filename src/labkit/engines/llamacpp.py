@@ -82,13 +82,36 @@ def build_info() -> dict:
         info.update(json.loads(path.read_text()))
     else:
         info["cmake_args"] = "unknown: llama-cpp-python was not built by labkit's setup"
-    info.update(_loaded_lib())
+    loaded = _loaded_lib()
+    if loaded.get("one_build") is False:
+        # another library than the installed build (LLAMA_CPP_LIB_PATH): its flags and
+        # patches are that build's own record where it is a labkit build, else unknown;
+        # never the installed build's, which would put the wrong build on every number
+        other = _build_record(loaded.get("lib_path"))
+        for k in ("cmake_args", "patches", "llama_cpp_commit", "dir", "bin", "sha256", "built_at"):
+            info.pop(k, None)
+        info.update({k: other[k] for k in ("cmake_args", "llama_cpp_commit", "dir", "built_at") if k in other})
+        info["patches"] = other.get("patches", []) if other else None  # a labkit build's record without: none
+        info.setdefault("cmake_args", f"unknown: {loaded.get('lib_path')} is not a labkit build (no build.json)")
+    info.update(loaded)
     info["system_info"] = lc.llama_print_system_info().decode().strip()
     info["gpu_offload_supported"] = bool(lc.llama_supports_gpu_offload())
     return info
 
 
 _WARNED: set = set()
+
+
+def _build_record(lib_path: str | None) -> dict:
+    """The build.json of the labkit llama.cpp build a library file lies in (``<dir>/build/bin/``),
+    or {} for a library built some other way."""
+    if not lib_path:
+        return {}
+    rec = Path(lib_path).resolve().parent.parent.parent / "build.json"
+    try:
+        return {**json.loads(rec.read_text()), "dir": str(rec.parent)} if rec.is_file() else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def _loaded_lib() -> dict:
@@ -106,9 +129,16 @@ def _loaded_lib() -> dict:
     out = native.loaded(path)
     if not out["one_build"] and out["lib_path"] not in _WARNED:
         _WARNED.add(out["lib_path"])
+        rec = _build_record(out["lib_path"])
+        want = {p["name"] for p in native.patches()}
+        have = {p["name"] for p in rec.get("patches") or []} if rec else None
+        kernels = ("" if have == want else
+                   f" It carries {'unknown patches (not a labkit build)' if have is None else 'no patches' if not have else ', '.join(sorted(have))}"
+                   f", not labkit's {', '.join(sorted(want)) or 'none'}: its verify costs are another build's (runs "
+                   "record what they used).")
         print(f"WARNING: {out['one_build_why']}; labkit's numbers and the llama.cpp tools' (llama-server, "
-              "llama-bench) are then not from one build. Unset LLAMA_CPP_LIB_PATH (or run `make setup`) to "
-              "compare one build.", file=sys.stderr)
+              f"llama-bench) are then not from one build.{kernels} Unset LLAMA_CPP_LIB_PATH (or run `make setup`) "
+              "to compare one build.", file=sys.stderr)
     return out
 
 

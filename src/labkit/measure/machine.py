@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from labkit.analysis.costmodel import fit_verify_model, verify_frame
+from labkit.analysis.plan import head_params
 from labkit.artifacts import synthetic, zoo
 from labkit.artifacts.gguf_profile import DENSE_CATEGORIES, read_profile
 from labkit.errors import LabkitError
@@ -34,14 +35,21 @@ from labkit.measure import verify_cost
 from labkit.measure.verify_cost import Progress
 from labkit.paths import cache_dir
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2  # 2: the head's rates (HEAD_RATES) beside the body's
 TINY = "plan-tiny"  # SYNTHETIC: the overhead probe's model
 TINY_CONFIG = {"arch": "llama", "n_vocab": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_head_kv": 2,
                "n_ff": 128, **{k: v for k, v in synthetic._COMMON.items()}}
 
 
-# the compute rates the probe calibrates (``calibrate``), ns per parameter
+# the compute rates the probe calibrates (``calibrate``), ns per parameter; the head's are
+# per parameter of an output matrix the CPU backend leaves unrepacked (plan.head_params), None
+# where the probe did not separate them (the head then priced at the body's rates)
 COMPUTE_RATES = ("matvec_ns_per_param", "row_ns_per_param", "batch_ns_per_param", "odd_ns_per_param")
+HEAD_RATES = ("head_row_ns_per_param", "head_batch_ns_per_param", "head_odd_ns_per_param")
+# per m (2..8, keys "2".."8"): the measured extra of m rows over one, ns per parameter, per class;
+# the planner prices a whole row count from these where it has one (the kernels' tiles make
+# the extra a staircase in m, not a line), from the linear rates above elsewhere
+RATE_TABLES = ("rows_ns_per_param_by_m", "head_rows_ns_per_param_by_m")
 
 
 def host_bandwidth(*, threads: int | None = None, gib: float = 1.0, repeats: int = 5) -> dict:
@@ -85,12 +93,14 @@ def _tiny_model() -> Path:
     return path
 
 
-def bench_model(path, *, m_values, rounds: int, kv_depth: int, threads: int | None, progress: Progress = None) -> dict:
+def bench_model(path, *, m_values, rounds: int, kv_depth: int, threads: int | None, body: bool = False,
+                progress: Progress = None) -> dict:
     """verify(m) of the GGUF at ``path`` (``bench_verify`` on a fresh llama.cpp engine)."""
     from labkit.engines.llamacpp import LlamaCppEngine
 
     with LlamaCppEngine(str(path), n_ctx=max(512, kv_depth + max(m_values) + 8), n_threads=threads) as e:
-        return verify_cost.bench_verify(e, m_values=m_values, rounds=rounds, kv_depth=kv_depth, progress=progress)
+        return verify_cost.bench_verify(e, m_values=m_values, rounds=rounds, kv_depth=kv_depth, body=body,
+                                        progress=progress)
 
 
 def active_params(prof) -> dict:
@@ -106,19 +116,41 @@ def active_params(prof) -> dict:
 
 
 def calibrate(res: dict, prof, *, bandwidth_gbs: float, overhead_ms: float) -> dict:
-    """Compute rates (ns per parameter) from a verify(m) bench of the model ``prof``:
-    the first row beyond its bytes' read time, each further row, and odd-row extra."""
+    """Compute rates (ns per parameter) from a verify(m) bench of the model ``prof``: the
+    first row beyond its bytes' read time, each further row, the step to a batch kernel and
+    the odd-row extra. Where the bench also timed one logit row per decode (``body``) and the
+    model's head is one the CPU backend leaves unrepacked (``plan.head_params``), the rows
+    beyond the first are priced in two classes, as the per-op profile splits them: the body
+    (every weight but the head) from the one-logit-row decodes, and the head from the
+    difference, every-row minus one-row, round by round. Else one class, as before."""
     vm = fit_verify_model(verify_frame(res))
     act = active_params(prof)
     read_ms = act["bytes"] / (bandwidth_gbs * 1e6)
     first = max(0.0, vm.H - overhead_ms - read_ms)
+    head = head_params(prof) if res.get("body") else 0.0
+    body_fit = vm.fit
+    if head:
+        body_fit = fit_verify_model(verify_frame({"verify": [{"m": 1, "values": [vm.H]}, *res["body"]]})).fit
+        extra = fit_verify_model(verify_frame({"verify": [{"m": 1, "values": [0.0]}, *res["head_extra"]]})).fit
+    n = act["params"] - head  # the rows beyond the first: every parameter but a separately priced head
     # verify(m >= 2) = a + b*m measured; H + (m-1)*b priced: the difference is the batch step
-    batch = vm.fit.a + vm.fit.b - vm.H
-    return {"matvec_ns_per_param": first / act["params"] * 1e6, "row_ns_per_param": vm.fit.b / act["params"] * 1e6,
-            "batch_ns_per_param": batch / act["params"] * 1e6,
-            "odd_ns_per_param": (vm.fit.parity or 0.0) / act["params"] * 1e6, "H_ms": vm.H,
-            "fit": {"a": vm.fit.a, "b": vm.fit.b, "parity": vm.fit.parity, "r2": vm.fit.r2},
-            "read_ms": read_ms, "active_bytes": act["bytes"], "active_params": act["params"]}
+    batch = body_fit.a + body_fit.b - vm.H
+    body = res["body"] if head else res["verify"]
+    out = {"matvec_ns_per_param": first / act["params"] * 1e6, "row_ns_per_param": body_fit.b / n * 1e6,
+           "batch_ns_per_param": batch / n * 1e6, "odd_ns_per_param": (body_fit.parity or 0.0) / n * 1e6,
+           **dict.fromkeys(HEAD_RATES + RATE_TABLES), "H_ms": vm.H,
+           "rows_ns_per_param_by_m": {str(r["m"]): (r["median"] - vm.H) / n * 1e6 for r in body if r["m"] >= 2},
+           "fit": {"a": vm.fit.a, "b": vm.fit.b, "parity": vm.fit.parity, "r2": vm.fit.r2},
+           "read_ms": read_ms, "active_bytes": act["bytes"], "active_params": act["params"], "head_params": head}
+    if head:  # the head's extra over its one row: a + b*m on m >= 2 is (m - 1)*b + (a + b)
+        out.update({"head_row_ns_per_param": extra.b / head * 1e6,
+                    "head_batch_ns_per_param": (extra.a + extra.b) / head * 1e6,
+                    "head_odd_ns_per_param": (extra.parity or 0.0) / head * 1e6,
+                    "head_rows_ns_per_param_by_m": {str(r["m"]): float(np.median(r["values"])) / head * 1e6
+                                                    for r in res["head_extra"]},
+                    "body_fit": {"a": body_fit.a, "b": body_fit.b, "parity": body_fit.parity, "r2": body_fit.r2},
+                    "head_fit": {"a": extra.a, "b": extra.b, "parity": extra.parity, "r2": extra.r2}})
+    return out
 
 
 def probe(*, host: dict, build: dict, threads: int | None = None, rounds: int = 16, gib: float = 1.0,
@@ -141,20 +173,20 @@ def probe(*, host: dict, build: dict, threads: int | None = None, rounds: int = 
     art = zoo.get(model)
     say(f"verify(m) m = 1..8 on {art.name}, {rounds} rounds")
     res = bench_model(art.path, m_values=list(range(1, 9)), rounds=rounds, kv_depth=kv_depth, threads=threads,
-                      progress=progress)
+                      body=True, progress=progress)
     cal = calibrate(res, read_profile(art.path), bandwidth_gbs=bw["median"], overhead_ms=overhead)
     return {
         "version": PROFILE_VERSION, "kind": "measured", "key": cache_key(host, build),
-        "host_fingerprint": host, "build": {k: build.get(k) for k in ("llama_cpp_python", "cmake_args", "system_info")},
+        "host_fingerprint": host, "build": {k: build.get(k) for k in ("llama_cpp_python", "cmake_args", "system_info", "patches")},
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "threads": n_threads,
         "host": {"bandwidth_gbs": bw["median"], "bandwidth": bw,
                  "bandwidth_by_threads": {str(t): v for t, v in sorted(by_threads.items())},
-                 **{k: cal[k] for k in COMPUTE_RATES}},
+                 **{k: cal[k] for k in COMPUTE_RATES + HEAD_RATES + RATE_TABLES}},
         "device": None, "device_note": dev["note"], "overhead_ms": overhead,
         "overhead": {"model": f"{TINY} (SYNTHETIC, {TINY_CONFIG['n_layer']} layers, n_embd {TINY_CONFIG['n_embd']})",
                      "H_ms": tiny["H_ms"]},
         "calibration": {"model": art.name, "model_sha256": art.sha256, "kv_depth": kv_depth, "rounds": rounds,
-                        **cal, "verify": res["verify"]},
+                        **cal, "verify": res["verify"], "body": res.get("body")},
         "residual": None,
     }
 
@@ -180,7 +212,10 @@ def at_threads(profile: dict, n: int | None) -> dict:
         raise LabkitError("the machine profile does not say how many threads it was measured at",
                           "re-run `labkit machine probe`")
     host = {**profile["host"], "bandwidth_gbs": float(measured[str(n)]),
-            **{k: float(profile["host"].get(k) or 0.0) * T / n for k in COMPUTE_RATES}}
+            **{k: float(profile["host"].get(k) or 0.0) * T / n for k in COMPUTE_RATES},
+            **{k: None if profile["host"].get(k) is None else float(profile["host"][k]) * T / n for k in HEAD_RATES},
+            **{k: None if profile["host"].get(k) is None else {m: float(v) * T / n for m, v in profile["host"][k].items()}
+               for k in RATE_TABLES}}
     return {**profile, "host": host, "threads": n,
             "derived": f"from the {T}-thread probe: host bandwidth measured at {n} thread(s), compute rates scaled "
                        f"{T}/{n} (assumed: work splits evenly over threads)"}
@@ -190,6 +225,10 @@ def at_threads(profile: dict, n: int | None) -> dict:
 def cache_key(host: dict, build: dict) -> str:
     ident = {k: host.get(k) for k in ("label", "cpu", "cpu_id", "cores", "memory_bytes", "accelerator")}
     ident["build"] = {k: build.get(k) for k in ("llama_cpp_python", "cmake_args", "system_info")}
+    # a build with other patches is another build (its kernels, so its rates); a profile of
+    # another version has other terms: neither is this host's profile
+    ident["build"]["patches"] = [p.get("sha256") for p in build.get("patches") or []]
+    ident["version"] = PROFILE_VERSION
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -44,12 +44,17 @@ def bench_verify(
     rounds: int = 48,
     kv_depth: int = 200,
     seed: int = 0,
+    body: bool = False,
     progress: Progress = None,
 ) -> dict:
     """verify(m): the time of one m-row decode with logits for every row, at KV depth ``kv_depth``.
 
     Each round visits every m once in a fresh random order. H, the plain decode step,
     is the m = 1 arm (one row, one logit row: exactly what plain decoding does).
+    ``body``: also time every m >= 2 with the last row's logits only (what a prompt batch
+    pays), in the same rounds, in random order against the every-row decode: the result's
+    ``body`` table; ``head_extra`` holds each round's every-row minus one-row time, the
+    output head's cost of its rows 2..m (the planner prices it as its own term).
     """
     m_values = sorted(set(m_values))
     ctx = context_ids(engine, kv_depth, seed=seed)
@@ -59,11 +64,20 @@ def bench_verify(
     engine.decode(ctx, all_logits=False)
     for m in m_values:  # warm-up: graph allocation for each shape, same code path
         _time_decode(engine, rows[:m], kv_depth)
+    multi = [m for m in m_values if m >= 2] if body else []
+    for m in multi:  # warm-up of the one-logit-row graphs
+        _time_decode(engine, rows[:m], kv_depth, all_logits=False)
     rng = np.random.default_rng(seed)
     samples: dict[int, list[float]] = {m: [] for m in m_values}
+    one: dict[int, list[float]] = {m: [] for m in multi}
     for r in range(rounds):
         for m in rng.permutation(m_values):
-            samples[int(m)].append(_time_decode(engine, rows[: int(m)], kv_depth))
+            m = int(m)
+            if m not in one:
+                samples[m].append(_time_decode(engine, rows[:m], kv_depth))
+                continue
+            for every in rng.permutation([True, False]):  # the pair in random order
+                (samples if every else one)[m].append(_time_decode(engine, rows[:m], kv_depth, all_logits=bool(every)))
         if progress and (r + 1) % max(1, rounds // 8) == 0:
             progress(f"verify round {r + 1}/{rounds}")
     table = [{"m": m, **{k: v for k, v in spread(samples[m]).items()}} for m in m_values]
@@ -76,6 +90,10 @@ def bench_verify(
         "H_ms": spread(samples[1]) if 1 in samples else None,
         "kernel_noise": kernel_noise(engine, ctx, m=max(m_values)),
     }
+    if multi:
+        out["body"] = [{"m": m, **spread(one[m])} for m in multi]
+        out["head_extra"] = [{"m": m, "values": [a - b for a, b in zip(samples[m], one[m], strict=True)]}
+                             for m in multi]
     engine.rollback(0)
     return out
 

@@ -209,6 +209,10 @@ def accounting(c, recipe, *, owner: str | None = None) -> list[dict]:
     return rows
 
 
+VARIANTS = (("GGML_AMX_INT8", "AMX"), ("GGML_AVX512_VNNI", "AVX-512 VNNI"), ("GGML_AVX512", "AVX-512"),
+            ("GGML_AVX_VNNI", "AVX-VNNI"), ("GGML_AVX2", "AVX2"), ("GGML_AVX", "AVX"))
+
+
 def _flags(flags: str | None) -> str:
     """The build's CMake flags in a few words: the full list is on the run (`labkit show`)."""
     if not flags:
@@ -217,7 +221,12 @@ def _flags(flags: str | None) -> str:
     if len(flags) <= 60:
         return f"flags: {flags}"
     native = next((w.split("=", 1)[1] for w in words if "GGML_NATIVE=" in w), None)
+    on = {w.removeprefix("-D").split("=", 1)[0] for w in words if w.upper().endswith("=ON")}
+    # the CPU variant: the widest x86 instruction set the flags turn on (the kernels it runs)
+    isa = next((name for flag, name in VARIANTS if flag in on), None)
     kind = {"OFF": "portable build (GGML_NATIVE=OFF)", "ON": "native build"}.get(native or "", "build")
+    if isa and native != "ON":  # GGML_NATIVE=OFF with a named variant: the variant says it
+        kind = kind.replace("portable build (GGML_NATIVE=OFF)", f"portable {isa} build")
     return f"{kind}, {len(words)} CMake flags (labkit show)"
 
 
