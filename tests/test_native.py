@@ -270,3 +270,58 @@ def test_another_patch_is_another_cached_build(tmp_path, monkeypatch):
     p.unlink()
     with pytest.raises(LabkitError, match="is missing"):
         native.key(native.PORTABLE_FLAGS)
+
+
+# CPU feature sets, constructed (labelled): the features each ggml flag needs, as /proc/cpuinfo names them
+ZEN3 = {"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"}
+ZEN5 = ZEN3 | {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw", "avx512vbmi", "avx512_vnni", "avx512_bf16"}
+SAPPHIRE = ZEN5 | {"avx_vnni", "amx_tile", "amx_int8", "amx_bf16"}
+
+
+def test_the_variant_is_what_the_cpu_has_and_never_amx():
+    assert native.variant_flags(ZEN3) == native.PORTABLE_FLAGS
+    assert native.variant_flags(ZEN5) == (native.PORTABLE_FLAGS + " -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON "
+                                          "-DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON")
+    spr = native.variant_flags(SAPPHIRE)
+    assert "AMX" not in spr and "-DGGML_AVX_VNNI=ON" in spr and "-DGGML_AVX512_VNNI=ON" in spr
+    # an AVX-512 extension without the AVX-512 base set ggml compiles with: neither
+    assert "AVX512" not in native.variant_flags(ZEN3 | {"avx512f", "avx512_vnni"})
+    assert native.cpu_features("processor\t: 0\nflags\t\t: fpu avx2 fma\n") == {"fpu", "avx2", "fma"}
+    assert native.cpu_features("processor\t: 0\n") is None
+
+
+def test_this_cpu_runs_its_own_variant_and_the_installed_build(built):
+    feats = native.cpu_features()
+    assert feats is not None, "no /proc/cpuinfo flags on this Linux box"
+    assert native.missing_features(native.variant_flags(feats), feats) == []
+    native.check_cpu(built["cmake_args"])  # the installed build runs here: no error
+
+
+def test_a_build_for_features_this_cpu_lacks_is_refused_with_the_fix(tmp_path):
+    avx512 = native.PORTABLE_FLAGS + " -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON"
+    with pytest.raises(LabkitError, match=r"-DGGML_AVX512=ON.*this CPU lacks avx512_vnni, avx512bw, avx512cd, avx512dq, avx512f") as e:
+        native.check_cpu(avx512, features=ZEN3)
+    assert "make setup" in e.value.fix
+    assert native.missing_features(avx512, ZEN5) == [] and native.missing_features("-DGGML_AMX_INT8=ON", ZEN5)
+    # on this box, for real: a flag whose features it lacks, asked of `native build` (refused
+    # before any compiling) and carried in a copied build's record (refused before loading)
+    feats = native.cpu_features()
+    lacking = next((f for f, need in native.NEEDS.items() if not set(need) <= feats), None)
+    if lacking is None:
+        pytest.skip("this CPU has every feature ggml's x86 flags need")
+    flags = f"{native.PORTABLE_FLAGS} -D{lacking}=ON"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": "src", "LABKIT_CACHE": str(tmp_path), "HOME": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-S", "-B", "src/labkit/engines/native.py", "--flags", flags, "build"],
+                       capture_output=True, text=True, env=env, cwd=Path(__file__).parents[1], timeout=60)
+    assert p.returncode == 2 and f"-D{lacking}=ON" in p.stderr and "make setup" in p.stderr, p.stderr
+    assert not list(tmp_path.glob("llama.cpp-*")), "nothing is built for a CPU that cannot run it"
+    info = native.find(verify=True)
+    top = tmp_path / "llama.cpp-other-cpu"
+    (top / "build" / "bin").mkdir(parents=True)
+    for so in Path(info["bin"]).glob("lib*.so*"):
+        shutil.copy2(so, top / "build" / "bin" / so.name)
+    (top / "build.json").write_text(json.dumps({"cmake_args": flags, "patches": []}))
+    p = subprocess.run([sys.executable, "-c", "from labkit.engines.llamacpp import build_info; build_info()"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "LLAMA_CPP_LIB_PATH": str(top / "build" / "bin")})
+    assert p.returncode != 0 and "this CPU lacks" in p.stderr and "make setup" in p.stderr, p.stderr[-2000:]

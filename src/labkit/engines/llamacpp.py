@@ -40,7 +40,29 @@ _CAPTURE: list[str] | None = None  # every log line while a model loads (residen
 _backend_ready = False
 
 
+def _check_cpu() -> None:
+    """Refuse, before the library loads, a build made for CPU features this machine lacks (a
+    cache or a venv carried to another box, LLAMA_CPP_LIB_PATH at another CPU's build): it
+    would stop on an illegal instruction in the middle of a run, recording nothing."""
+    from labkit.engines import native
+
+    other = os.environ.get("LLAMA_CPP_LIB_PATH")
+    rec = (_build_record(str(Path(other) / native.lib_name("llama"))) if other else
+           _read_json(Path(sys.prefix) / "share" / "labkit" / "llama-build.json"))
+    if rec.get("cmake_args"):
+        native.check_cpu(rec["cmake_args"], where=f"the build in {rec.get('dir') or other or sys.prefix}")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def _lib():
+    if "llama_cpp" not in sys.modules:
+        _check_cpu()
     try:
         import llama_cpp
     except ImportError as e:  # pragma: no cover - the default install has it
@@ -108,10 +130,8 @@ def _build_record(lib_path: str | None) -> dict:
     if not lib_path:
         return {}
     rec = Path(lib_path).resolve().parent.parent.parent / "build.json"
-    try:
-        return {**json.loads(rec.read_text()), "dir": str(rec.parent)} if rec.is_file() else {}
-    except (OSError, ValueError):
-        return {}
+    d = _read_json(rec)
+    return {**d, "dir": str(rec.parent)} if d else {}
 
 
 def _loaded_lib() -> dict:

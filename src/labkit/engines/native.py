@@ -58,6 +58,60 @@ from labkit.paths import cache_dir
 VERSION = "0.3.36"  # llama-cpp-python; its sdist pins llama.cpp's commit
 # the -march=native build segfaults in ggml's AMX matmul on CPUs that report AMX (shared/FACTS.md)
 PORTABLE_FLAGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+# The CPU variant: each ggml x86 flag and the /proc/cpuinfo features its instructions need
+# (ggml's cmake: GGML_AVX512 compiles -mavx512f -mavx512cd -mavx512vl -mavx512dq -mavx512bw).
+# setup.sh builds, by default, every flag of VARIANT the CPU has: the build is keyed by its
+# flags, so a box with other features builds its own. AMX is never turned on (the crash
+# above); its flags are listed so that a build made with them is checked like any other.
+VARIANT = (("GGML_AVX", ("avx",)), ("GGML_AVX2", ("avx2",)), ("GGML_FMA", ("fma",)), ("GGML_F16C", ("f16c",)),
+           ("GGML_BMI2", ("bmi2",)), ("GGML_AVX_VNNI", ("avx_vnni",)),
+           ("GGML_AVX512", ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")),
+           ("GGML_AVX512_VBMI", ("avx512vbmi",)), ("GGML_AVX512_VNNI", ("avx512_vnni",)),
+           ("GGML_AVX512_BF16", ("avx512_bf16",)))
+NEEDS = {**dict(VARIANT), "GGML_AMX_TILE": ("amx_tile",), "GGML_AMX_INT8": ("amx_int8",),
+         "GGML_AMX_BF16": ("amx_bf16",)}
+
+
+def cpu_features(text: str | None = None) -> set[str] | None:
+    """The CPU's feature flags (the ``flags`` line of /proc/cpuinfo, or ``text`` in its form);
+    None where there is no such file (macOS, another OS)."""
+    if text is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    line = next((ln for ln in text.splitlines() if ln.split(":")[0].strip() == "flags"), None)
+    return set(line.split(":", 1)[1].split()) if line else None
+
+
+def variant_flags(features: set[str]) -> str:
+    """The ggml flags of the best variant for a CPU with ``features``: every flag of VARIANT
+    whose features it has (the AVX-512 extensions only with AVX-512 itself), never AMX."""
+    on = [flag for flag, need in VARIANT if set(need) <= features]
+    if "GGML_AVX512" not in on:
+        on = [f for f in on if not f.startswith("GGML_AVX512_")]
+    return " ".join(["-DGGML_NATIVE=OFF", *(f"-D{f}=ON" for f in on)])
+
+
+def missing_features(cmake_args: str, features: set[str] | None) -> list[tuple[str, str]]:
+    """(flag, feature) for each feature a build made with ``cmake_args`` needs and this CPU
+    lacks; [] when the CPU's features are unknown or every one is there."""
+    if features is None or not cmake_args:
+        return []
+    on = [w.removeprefix("-D").split("=", 1)[0] for w in cmake_args.split() if w.upper().endswith("=ON")]
+    return [(f, need) for f in on for need in NEEDS.get(f, ()) if need not in features]
+
+
+def check_cpu(cmake_args: str, *, features: set[str] | None = None, where: str = "the installed build") -> None:
+    """Refuse a build this CPU cannot run (it would die on an illegal instruction, mid-run)."""
+    gone = missing_features(cmake_args, cpu_features() if features is None else features)
+    if gone:
+        lacks = ", ".join(sorted({need for _, need in gone}))
+        flags = " ".join(sorted({f"-D{f}=ON" for f, _ in gone}))
+        raise LabkitError(f"{where} of llama.cpp was made with {flags}, and this CPU lacks {lacks}: it would stop on "
+                          "an illegal instruction",
+                          "run `make setup` on this machine (it builds for this CPU's own features), or unset "
+                          "LLAMA_CPP_LIB_PATH / LLAMA_CMAKE_ARGS if they name a build for another CPU")
 # what llama-cpp-python's own CMakeLists sets for its build (shared libs, common, no curl), and
 # what the tools need: no web UI download, no TLS (nothing is fetched at build or run time),
 # every target in one bin/ that finds its libraries beside itself
@@ -93,7 +147,16 @@ def flags() -> tuple[str, str]:
     env = os.environ.get("LLAMA_CMAKE_ARGS")
     if env is not None:
         return env, "env LLAMA_CMAKE_ARGS"
-    return ("" if platform.system() == "Darwin" else PORTABLE_FLAGS), "scripts/setup.sh default"
+    return default_flags(), "scripts/setup.sh default"
+
+
+def default_flags() -> str:
+    """setup.sh's default: Apple's own (Metal, native); on x86-64 Linux this CPU's variant
+    (``variant_flags``); elsewhere the portable x86-64 flags."""
+    if platform.system() == "Darwin":
+        return ""
+    feats = cpu_features() if platform.machine() in ("x86_64", "AMD64") else None
+    return variant_flags(feats) if feats else PORTABLE_FLAGS
 
 
 def patches() -> list[dict]:
@@ -319,6 +382,7 @@ def build(*, force: bool = False, jobs: int | None = None, progress: Progress = 
     """Build (or find) this machine's llama.cpp; returns build.json plus ``dir``, ``bin``
     and ``cached`` (True when nothing was compiled)."""
     ggml_flags, flags_from = flags()
+    check_cpu(ggml_flags, where=f"the requested build (flags from {flags_from})")  # before minutes of compiling
     d = build_dir(ggml_flags)
     if not force:
         try:
@@ -468,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("link")
     sub.add_parser("status")
     sub.add_parser("dir")
+    sub.add_parser("cpu-flags", help="the ggml flags of this CPU's variant (setup.sh's default)")
     a = ap.parse_args(argv)
     if a.flags is not None:
         os.environ["LABKIT_LLAMA_FLAGS"] = a.flags
@@ -489,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if info and not info["missing"] else 1
         elif a.cmd == "dir":
             print(build_dir())
+        elif a.cmd == "cpu-flags":
+            print(default_flags())
     except LabkitError as e:
         print(f"error: {e.problem}\nfix: {e.fix}", file=sys.stderr)
         return 2
