@@ -15,7 +15,9 @@ a timing) after the timed rounds.
 
     python benchmarks/bench_verify_kernels.py [NAME=]LIBDIR [[NAME=]LIBDIR ...] [--rounds 24] [--profile]
 
-With no LIBDIR, the installed build (llama_cpp/lib) alone. Prints JSON as its last line.
+With no LIBDIR, the installed build (llama_cpp/lib) alone. ``--model`` names a zoo model:
+the embedded one by default, ``synthetic-small-vocab`` for the same body with a 4,096-token
+head (SYNTHETIC random weights, cost only). Prints JSON as its last line.
 """
 
 from __future__ import annotations
@@ -146,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         p.wait()
     first = next(iter(builds))
     out = {"kind": "verify_kernels", "rounds": a.rounds, "kv_depth": a.kv_depth, "threads": a.threads,
-           "model": a.model, "order": "builds in a fresh random order each round; m in a fresh order within",
+           "model": a.model, **({"label": "SYNTHETIC random weights: valid for cost only"}
+                                if a.model.startswith("synthetic") else {}), "order": "builds in a fresh random order each round; m in a fresh order within",
            "builds": {}}
     for n in builds:
         s = samples[n]

@@ -30,6 +30,7 @@ kv_depth = None  # KV cache depth the rows are verified at; None: the recipe's
 cost_models = None  # the synthetic dense/MoE pair; None: the recipe's ([] skips the contrast)
 crosscheck_rounds = None  # rounds of labkit vs llama-bench; None: the recipe's
 crosscheck_tolerance = None  # agreement band (0.10: ±10%); None: the recipe's
+op_profile_rounds = None  # rounds of the per-op-class profile; 0 skips it; None: the recipe's
 
 # %%
 from labkit import lab as labkit_lab
@@ -96,6 +97,25 @@ lab.table("verify-fit-piecewise", costmodel.fit_table(vm.fit).assign(H_ms=vm.H))
 lab.table("residuals", costmodel.residual_table(samples, fit, vm))
 lab.figure("verify_cost", samples[samples["m"] >= 2], name="cost-fit-m2-parity", fit=vm.fit.to_dict(),
            H_ms=vm.H, title="verify(m), m ≥ 2, with an odd-m term", noise={"median_ms": ["min_ms", "max_ms"], "key": ["m"]})
+
+# %% [markdown]
+# ## Where a verify's time goes: ms per op class
+#
+# Every node of the llama.cpp graph timed through its `cb_eval` callback, summed per op
+# class (the output head, the FFN matmuls, the attention projections, attention itself,
+# norms, the rest), for each m, on an engine of its own. The callback makes every node its
+# own dispatch, so this is a breakdown, not a timing: the dispatch is its own class and the
+# decodes above are the timings. docs/engines.md reads it.
+
+# %%
+from labkit.measure import op_profile
+
+ops = op_profile.profile_recipe(R, m_values=R.verify_m, rounds=R.op_profile_rounds,
+                                kv_depth=R.kv_depth) if R.op_profile_rounds else None
+if ops is not None:
+    long = op_profile.frame(ops)
+    lab.table("op-profile", op_profile.wide(long))
+    lab.figure("op_profile", long, name="op-profile", title=f"verify(m) by op class · {ops['model']}")
 
 # %% [markdown]
 # ## Dense vs MoE on matched active parameters — SYNTHETIC random weights, cost only

@@ -39,3 +39,26 @@ def test_a_profile_of_the_real_model_accounts_for_the_decode(embedded):
         parts = sum(row[c] for c in CLASSES if c != "labkit_rows")
         assert parts == pytest.approx(row["wall"], rel=0.02)
         assert row["head"] > 0 and row["ffn"] > 0 and row["attention"] > 0 and min(row.values()) >= 0
+
+
+def test_the_recipe_profile_is_01s_table_and_figure(embedded):
+    """01's cell: the recipe's model on an engine of its own, one row per m in the wide table,
+    every class in the long one (the figure's data), and a recipe on MLX has none."""
+    import dataclasses
+
+    from labkit.config.recipe import load
+    from labkit.measure import op_profile
+    from labkit.report import figures
+
+    R = load("default")
+    res = op_profile.profile_recipe(R, m_values=(1, 2), rounds=1, kv_depth=32)
+    long = op_profile.frame(res)
+    t = op_profile.wide(long)
+    assert res["model"] == R.model and list(t["m"]) == [1, 2]
+    assert list(long["op_class"].drop_duplicates()) == list(CLASSES)
+    for m in (1, 2):
+        assert t.loc[t["m"] == m, "total_ms"].item() == pytest.approx(sum(res["by_m"][m][c] for c in CLASSES))
+    fig, drawn = figures.render("op_profile", long, title="t")
+    assert drawn.equals(long[["m", "op_class", "ms"]]) and len(fig.axes[0].patches) == 2 * len(CLASSES)
+    assert op_profile.profile_recipe(dataclasses.replace(R, engine="mlx"), m_values=(1,), rounds=1,
+                                     kv_depth=32) is None

@@ -50,6 +50,12 @@ CONFIGS: dict[str, dict] = {
     "synthetic-moe": {
         "arch": "llama", **_TRUNK, "n_ff": 2048, "n_expert": 8, "n_expert_used": 2, "n_ff_exp": 1024, **_COMMON,
     },
+    # the embedded model's width, depth and FFN (640, 18 layers, n_ff 2048, one KV head) with a
+    # 4,096-token untied head: where a verify's time goes when the head is not most of the
+    # weights (benchmarks/bench_verify_kernels.py --model synthetic-small-vocab --profile).
+    # llama architecture, so attention is 640 wide where gemma-3's is 1,024
+    "synthetic-small-vocab": {"arch": "llama", "n_vocab": 4096, "n_embd": 640, "n_layer": 18, "n_head": 4,
+                              "n_head_kv": 1, "n_ff": 2048, **_COMMON},
     # glm4moe: block 0 dense, block 1 MoE with a shared expert, block 2 the nextn
     # (MTP) block that llama.cpp's MTP context runs. A few MB.
     "synthetic-mtp": {

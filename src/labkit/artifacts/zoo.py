@@ -93,6 +93,8 @@ for _name, _what in [
     ("synthetic-dense", "dense llama-architecture model, token ids only: cost of verify(m) per row"),
     ("synthetic-moe", "Mixtral-style MoE (8 experts, top-2) with the dense model's active parameters: the expert term"),
     ("synthetic-mtp", "glm4moe model with one nextn (MTP) layer: proves the MTP draft path, its draft cost D"),
+    ("synthetic-small-vocab", "the embedded model's width, depth and FFN with a 4,096-token head: the per-op "
+                              "profile where the head is not most of the weights"),
 ]:
     register(ModelSpec(_name, "synthetic", f"SYNTHETIC random weights; {_what}", synthetic=True))
 for _name, _what in [

@@ -120,6 +120,8 @@ class Recipe:
     # (alternating which goes first), and the tolerance within which they agree (0.10: ±10%)
     crosscheck_rounds: int = 5
     crosscheck_tolerance: float = 0.10
+    # 01's per-op-class profile of a verify (measure.op_profile): rounds over every m; 0 skips it
+    op_profile_rounds: int = 3
     # The search (protocol: search, analysis/search.py): the best-ranked fixed settings measured per
     # workload beside k auto; the share of each workload's prompts held out to check the decision
     # (seeded, split before anything is measured); the traffic the mix line is weighted by
@@ -148,7 +150,7 @@ class Recipe:
     # (01's cross-check; the tool suite's sequential runs)
     LATER_DEFAULTS = {"crosscheck_rounds": 5, "crosscheck_tolerance": 0.10, "toolsuite_min_runs": 1,
                       "search_candidates": 1, "search_auto": True, "check_share": 0.4, "traffic_mix": None,
-                      "workload_settings": None}
+                      "workload_settings": None, "op_profile_rounds": 3}
 
     @property
     def hash(self) -> str:
@@ -275,6 +277,9 @@ class Recipe:
         if self.policy is not None:
             if self.policy not in policies.POLICIES:
                 bad(f"unknown policy {self.policy!r}", f"use one of {policies.names()} (or k: auto), or null")
+        if self.op_profile_rounds < 0:
+            bad(f"op_profile_rounds = {self.op_profile_rounds}: a count of rounds",
+                "use op_profile_rounds >= 1 (3 is the default), or 0 to skip 01's per-op profile")
         if self.crosscheck_rounds < 2:
             bad(f"crosscheck_rounds = {self.crosscheck_rounds}: one round gives the ratio no interval",
                 "use crosscheck_rounds >= 2 (5 is the default), or 0 verify rounds to skip 01")

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 CLASSES = ("head", "ffn", "attn_proj", "attention", "norm", "other", "dispatch", "llama_other", "labkit_rows")
 _NOOP = {"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
@@ -147,3 +148,34 @@ def profile_verify(engine, clock: NodeClock, *, m_values: Sequence[int] = tuple(
              for m, ss in samples.items()}
     return {"kind": "op_profile", "kv_depth": kv_depth, "rounds": rounds, "unit": "ms (median over rounds)",
             "by_m": table}
+
+
+def profile_recipe(recipe, *, m_values: Sequence[int], rounds: int, kv_depth: int) -> dict | None:
+    """The profile of the recipe's target model on a llama.cpp engine of its own (the node
+    callback slows every decode, so it never shares the measuring engine); None on another
+    engine (MLX has no per-node callback)."""
+    if recipe.engine != "llama.cpp":
+        return None
+    from labkit.artifacts.loader import resolve_model
+    from labkit.engines.llamacpp import LlamaCppEngine
+
+    art = resolve_model(recipe)
+    clock = NodeClock()
+    with LlamaCppEngine(str(art.path), n_ctx=max(512, kv_depth + max(m_values) + 8), n_threads=recipe.threads,
+                        n_gpu_layers=recipe.n_gpu_layers, eval_callback=clock.callback) as e:
+        res = profile_verify(e, clock, m_values=m_values, rounds=rounds, kv_depth=kv_depth, seed=recipe.seed)
+    return {**res, "model": art.name}
+
+
+def frame(res: dict) -> pd.DataFrame:
+    """A profile as a long table: m, op_class, ms (the classes of CLASSES, in that order)."""
+    return pd.DataFrame([{"m": int(m), "op_class": c, "ms": float(row[c])}
+                         for m, row in sorted(res["by_m"].items(), key=lambda x: int(x[0])) for c in CLASSES])
+
+
+def wide(long: pd.DataFrame) -> pd.DataFrame:
+    """The long table as one row per m, a column per op class, and the decode's wall time."""
+    t = long.pivot(index="m", columns="op_class", values="ms")[list(CLASSES)].reset_index()
+    t.columns.name = None
+    return t.assign(total_ms=t[list(CLASSES)].sum(axis=1))
+

@@ -247,6 +247,27 @@ def plot_arch_contrast(data: pd.DataFrame, *, title: str = "verify(m): dense vs 
     return fig, g
 
 
+@register("op_profile")
+def plot_op_profile(data: pd.DataFrame, *, title: str = "where a verify's time goes", note: str | None = None):
+    """ms per op class (stacked) for each m: a breakdown of one decode, not a timing."""
+    t = data.pivot(index="m", columns="op_class", values="ms")
+    t = t[[c for c in data["op_class"].drop_duplicates()]]  # the classes in the order given
+    fig, ax = plt.subplots(figsize=(6.8, 4.2))
+    bottom = np.zeros(len(t))
+    for i, c in enumerate(t.columns):
+        ax.bar(t.index, t[c], bottom=bottom, label=c, color=f"C{i}")
+        bottom += t[c].to_numpy()
+    ax.set_xticks(list(t.index))
+    ax.set_xlabel("rows verified m (every logit row)")
+    ax.set_ylabel("ms per op class (median over rounds)")
+    ax.set_title(title)
+    ax.text(0.02, 0.97, note or "per-node callbacks: a breakdown, not a timing (dispatch is its own class)",
+            transform=ax.transAxes, va="top", fontsize=8, color="C3")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    return fig, data[["m", "op_class", "ms"]].reset_index(drop=True)
+
+
 @register("replay_vs_measured")
 def plot_replay_vs_measured(data: pd.DataFrame, *, title: str = "replay prediction vs measured, per k (greedy)"):
     """Per drafter: predicted e2e speedup and acceptance for every k (lines, from the replay of
