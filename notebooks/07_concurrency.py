@@ -33,6 +33,7 @@ workload = "edit"
 prompts_per_workload = 4
 max_tokens = 32
 runs = 3  # rounds: each verdict pairs the arms' aggregate tok/s by round, so one round cannot decide
+max_runs = 3  # 07 adds no rounds (the sequential budget is 02's): the same as runs
 aa_control = None  # the A/A arm at each c (a second plain arm of labkit's loop); None: the recipe's
 decision_margin = None
 decision_confidence = None

@@ -62,6 +62,17 @@ def test_parameters_are_recipe_fields(nb):
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_each_notebooks_own_parameters_make_a_valid_default_recipe(nb):
+    """`make reproduce` runs every notebook on the default recipe with the notebook's own
+    parameter values over it: they must agree (07's runs = 3 against the default's
+    max_runs = 2 stopped a whole reproduction)."""
+    from labkit.config.recipe import effective_recipe
+
+    params = {name: ast.literal_eval(p["default"]) for name, p in declared_parameters(nb).items()}
+    effective_recipe({**params, "recipe": "default"})  # raises LabkitError on a conflict
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebooks_are_thin(nb):
     """No function or class definitions and no loops over measurements in notebooks: logic lives in labkit."""
     for cell in nbformat.read(nb, as_version=4).cells:
