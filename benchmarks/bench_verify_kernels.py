@@ -146,11 +146,15 @@ def main(argv: list[str] | None = None) -> int:
         p.stdin.write("quit\n")
         p.stdin.close()
         p.wait()
+    from labkit.artifacts import zoo
+
     first = next(iter(builds))
     out = {"kind": "verify_kernels", "rounds": a.rounds, "kv_depth": a.kv_depth, "threads": a.threads,
-           "model": a.model, **({"label": "SYNTHETIC random weights: valid for cost only"}
-                                if a.model.startswith("synthetic") else {}), "order": "builds in a fresh random order each round; m in a fresh order within",
+           "model": a.model, "order": "builds in a fresh random order each round; m in a fresh order within",
            "builds": {}}
+    art = zoo.get(a.model)
+    if art.synthetic:
+        out["label"] = art.describe()["label"]
     for n in builds:
         s = samples[n]
         out["builds"][n] = {

@@ -114,14 +114,24 @@ def test_a_tool_missing_from_an_old_cache_is_built_alone(tmp_path, monkeypatch):
     assert any("lacks llama-batched-bench: building just those" in s for s in said), said
 
 
-def test_another_llama_cpp_lib_path_is_recorded_and_warned(built, tmp_path):
-    other = tmp_path / "other-build"
-    other.mkdir()
+def _copy_libs(built: dict, dest: Path) -> Path:
+    """The build's libraries copied into ``dest``: the same bytes at another path."""
+    dest.mkdir(parents=True)
     for so in Path(built["bin"]).glob("lib*.so*"):
-        shutil.copy2(so, other / so.name)  # the same bytes at another path: not the tools' file
-    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(other)}
-    p = subprocess.run([sys.executable, "-c", "import json; from labkit.engines.llamacpp import build_info; "
-                        "print(json.dumps(build_info()))"], capture_output=True, text=True, env=env, timeout=120)
+        shutil.copy2(so, dest / so.name)
+    return dest
+
+
+def _build_info_with(lib_dir: Path) -> subprocess.CompletedProcess:
+    """``build_info()`` printed as JSON by a process whose LLAMA_CPP_LIB_PATH is ``lib_dir``."""
+    return subprocess.run([sys.executable, "-c", "import json; from labkit.engines.llamacpp import build_info; "
+                           "print(json.dumps(build_info()))"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "LLAMA_CPP_LIB_PATH": str(lib_dir)})
+
+
+def test_another_llama_cpp_lib_path_is_recorded_and_warned(built, tmp_path):
+    other = _copy_libs(built, tmp_path / "other-build")  # not the tools' file
+    p = _build_info_with(other)
     assert p.returncode == 0, p.stderr
     info = json.loads(p.stdout.strip().splitlines()[-1])
     assert info["one_build"] is False and info["lib_path"] == str((other / "libllama.so").resolve())
@@ -138,15 +148,10 @@ def test_an_unpatched_labkit_build_on_llama_cpp_lib_path_is_recorded_as_unpatche
     patches, as a build from before the kernel patch: the run records no patches and its own
     flags, and the warning names what it lacks and the fix."""
     top = tmp_path / "llama.cpp-old"
-    other = top / "build" / "bin"
-    other.mkdir(parents=True)
-    for so in Path(built["bin"]).glob("lib*.so*"):
-        shutil.copy2(so, other / so.name)
+    other = _copy_libs(built, top / "build" / "bin")
     rec = {k: v for k, v in json.loads((Path(built["dir"]) / "build.json").read_text()).items() if k != "patches"}
     (top / "build.json").write_text(json.dumps({**rec, "cmake_args": "-DGGML_NATIVE=OFF (the old build)"}))
-    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(other)}
-    p = subprocess.run([sys.executable, "-c", "import json; from labkit.engines.llamacpp import build_info; "
-                        "print(json.dumps(build_info()))"], capture_output=True, text=True, env=env, timeout=120)
+    p = _build_info_with(other)
     assert p.returncode == 0, p.stderr
     info = json.loads(p.stdout.strip().splitlines()[-1])
     assert info["one_build"] is False and info["patches"] == [] and info["cmake_args"] == "-DGGML_NATIVE=OFF (the old build)"
@@ -315,13 +320,8 @@ def test_a_build_for_features_this_cpu_lacks_is_refused_with_the_fix(tmp_path):
                        capture_output=True, text=True, env=env, cwd=Path(__file__).parents[1], timeout=60)
     assert p.returncode == 2 and f"-D{lacking}=ON" in p.stderr and "make setup" in p.stderr, p.stderr
     assert not list(tmp_path.glob("llama.cpp-*")), "nothing is built for a CPU that cannot run it"
-    info = native.find(verify=True)
     top = tmp_path / "llama.cpp-other-cpu"
-    (top / "build" / "bin").mkdir(parents=True)
-    for so in Path(info["bin"]).glob("lib*.so*"):
-        shutil.copy2(so, top / "build" / "bin" / so.name)
+    lib_dir = _copy_libs(native.find(verify=True), top / "build" / "bin")
     (top / "build.json").write_text(json.dumps({"cmake_args": flags, "patches": []}))
-    p = subprocess.run([sys.executable, "-c", "from labkit.engines.llamacpp import build_info; build_info()"],
-                       capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "LLAMA_CPP_LIB_PATH": str(top / "build" / "bin")})
+    p = _build_info_with(lib_dir)
     assert p.returncode != 0 and "this CPU lacks" in p.stderr and "make setup" in p.stderr, p.stderr[-2000:]

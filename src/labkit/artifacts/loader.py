@@ -23,12 +23,13 @@ def resolve_model(recipe, *, draft: bool = False):
 
 
 def open_engine(recipe, *, draft: bool = False, load_mtp: bool = False, n_seq_max: int = 1,
-                n_ctx: int | None = None, kv_unified: bool = True):
+                n_ctx: int | None = None, kv_unified: bool = True, eval_callback=None):
     """Load the recipe's target (or draft) model on the recipe's engine.
 
     ``n_seq_max`` > 1 opens a llama.cpp context of that many sequences (the multi-slot
     loop) with room for ``n_ctx`` positions each (default: the recipe's n_ctx), in one
     unified KV buffer unless ``kv_unified`` is False (see ``engines.llamacpp``).
+    ``eval_callback``: llama.cpp's per-node graph callback (``measure.op_profile``).
     """
     art = resolve_model(recipe, draft=draft)
     cls = engines.get(recipe.engine)
@@ -44,4 +45,10 @@ def open_engine(recipe, *, draft: bool = False, load_mtp: bool = False, n_seq_ma
                   n_cpu_moe=0 if draft else getattr(recipe, "n_cpu_moe", 0))
         if n_seq_max > 1:
             kw.update(n_seq_max=n_seq_max, kv_unified=kv_unified)
+        if eval_callback is not None:
+            kw["eval_callback"] = eval_callback
+    elif eval_callback is not None:
+        from labkit.errors import LabkitError
+
+        raise LabkitError(f"engine {recipe.engine} has no per-node graph callback", "profile ops with engine: llama.cpp")
     return cls(art.path, **kw)

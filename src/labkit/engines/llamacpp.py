@@ -125,13 +125,11 @@ _WARNED: set = set()
 
 
 def _build_record(lib_path: str | None) -> dict:
-    """The build.json of the labkit llama.cpp build a library file lies in (``<dir>/build/bin/``),
-    or {} for a library built some other way."""
-    if not lib_path:
-        return {}
-    rec = Path(lib_path).resolve().parent.parent.parent / "build.json"
-    d = _read_json(rec)
-    return {**d, "dir": str(rec.parent)} if d else {}
+    """The record (``native.find``) of the labkit llama.cpp build a library file lies in
+    (``<dir>/build/bin/``), or {} for a library built some other way."""
+    from labkit.engines import native
+
+    return (native.find(Path(lib_path).resolve().parent.parent.parent) or {}) if lib_path else {}
 
 
 def _loaded_lib() -> dict:
@@ -152,10 +150,12 @@ def _loaded_lib() -> dict:
         rec = _build_record(out["lib_path"])
         want = {p["name"] for p in native.patches()}
         have = {p["name"] for p in rec.get("patches") or []} if rec else None
-        kernels = ("" if have == want else
-                   f" It carries {'unknown patches (not a labkit build)' if have is None else 'no patches' if not have else ', '.join(sorted(have))}"
-                   f", not labkit's {', '.join(sorted(want)) or 'none'}: its verify costs are another build's (runs "
-                   "record what they used).")
+        kernels = ""
+        if have != want:
+            carries = ("unknown patches (not a labkit build)" if have is None
+                       else ", ".join(sorted(have)) or "no patches")
+            kernels = (f" It carries {carries}, not labkit's {', '.join(sorted(want)) or 'none'}: its verify costs "
+                       "are another build's (runs record what they used).")
         print(f"WARNING: {out['one_build_why']}; labkit's numbers and the llama.cpp tools' (llama-server, "
               f"llama-bench) are then not from one build.{kernels} Unset LLAMA_CPP_LIB_PATH (or run `make setup`) "
               "to compare one build.", file=sys.stderr)

@@ -93,13 +93,17 @@ def variant_flags(features: set[str]) -> str:
     return " ".join(["-DGGML_NATIVE=OFF", *(f"-D{f}=ON" for f in on)])
 
 
+def flags_on(cmake_args: str | None) -> list[str]:
+    """The options a CMake command line turns on: ``-DGGML_AVX2=ON`` gives ``GGML_AVX2``."""
+    return [w.removeprefix("-D").split("=", 1)[0] for w in (cmake_args or "").split() if w.upper().endswith("=ON")]
+
+
 def missing_features(cmake_args: str, features: set[str] | None) -> list[tuple[str, str]]:
     """(flag, feature) for each feature a build made with ``cmake_args`` needs and this CPU
     lacks; [] when the CPU's features are unknown or every one is there."""
-    if features is None or not cmake_args:
+    if features is None:
         return []
-    on = [w.removeprefix("-D").split("=", 1)[0] for w in cmake_args.split() if w.upper().endswith("=ON")]
-    return [(f, need) for f in on for need in NEEDS.get(f, ()) if need not in features]
+    return [(f, need) for f in flags_on(cmake_args) for need in NEEDS.get(f, ()) if need not in features]
 
 
 def check_cpu(cmake_args: str, *, features: set[str] | None = None, where: str = "the installed build") -> None:

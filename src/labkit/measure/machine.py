@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.analysis.costmodel import fit_verify_model, verify_frame
+from labkit.analysis.costmodel import fit_verify, fit_verify_model, verify_frame
 from labkit.analysis.plan import head_params
 from labkit.artifacts import synthetic, zoo
 from labkit.artifacts.gguf_profile import DENSE_CATEGORIES, read_profile
@@ -128,10 +128,8 @@ def calibrate(res: dict, prof, *, bandwidth_gbs: float, overhead_ms: float) -> d
     read_ms = act["bytes"] / (bandwidth_gbs * 1e6)
     first = max(0.0, vm.H - overhead_ms - read_ms)
     head = head_params(prof) if res.get("body") else 0.0
-    body_fit = vm.fit
-    if head:
-        body_fit = fit_verify_model(verify_frame({"verify": [{"m": 1, "values": [vm.H]}, *res["body"]]})).fit
-        extra = fit_verify_model(verify_frame({"verify": [{"m": 1, "values": [0.0]}, *res["head_extra"]]})).fit
+    body_fit = _line(res["body"]) if head else vm.fit
+    extra = _line(res["head_extra"]) if head else None
     n = act["params"] - head  # the rows beyond the first: every parameter but a separately priced head
     # verify(m >= 2) = a + b*m measured; H + (m-1)*b priced: the difference is the batch step
     batch = body_fit.a + body_fit.b - vm.H
@@ -140,17 +138,26 @@ def calibrate(res: dict, prof, *, bandwidth_gbs: float, overhead_ms: float) -> d
            "batch_ns_per_param": batch / n * 1e6, "odd_ns_per_param": (body_fit.parity or 0.0) / n * 1e6,
            **dict.fromkeys(HEAD_RATES + RATE_TABLES), "H_ms": vm.H,
            "rows_ns_per_param_by_m": {str(r["m"]): (r["median"] - vm.H) / n * 1e6 for r in body if r["m"] >= 2},
-           "fit": {"a": vm.fit.a, "b": vm.fit.b, "parity": vm.fit.parity, "r2": vm.fit.r2},
-           "read_ms": read_ms, "active_bytes": act["bytes"], "active_params": act["params"], "head_params": head}
+           "fit": _fit_dict(vm.fit), "read_ms": read_ms, "active_bytes": act["bytes"], "active_params": act["params"], "head_params": head}
     if head:  # the head's extra over its one row: a + b*m on m >= 2 is (m - 1)*b + (a + b)
         out.update({"head_row_ns_per_param": extra.b / head * 1e6,
                     "head_batch_ns_per_param": (extra.a + extra.b) / head * 1e6,
                     "head_odd_ns_per_param": (extra.parity or 0.0) / head * 1e6,
                     "head_rows_ns_per_param_by_m": {str(r["m"]): float(np.median(r["values"])) / head * 1e6
                                                     for r in res["head_extra"]},
-                    "body_fit": {"a": body_fit.a, "b": body_fit.b, "parity": body_fit.parity, "r2": body_fit.r2},
-                    "head_fit": {"a": extra.a, "b": extra.b, "parity": extra.parity, "r2": extra.r2}})
+                    "body_fit": _fit_dict(body_fit), "head_fit": _fit_dict(extra)})
     return out
+
+
+def _line(rows: list[dict]):
+    """a + b·m (+ an odd-m term with three or more m) through every sample of ``rows`` (m >= 2),
+    as ``fit_verify_model`` fits verify(m >= 2)."""
+    f = verify_frame({"verify": rows})
+    return fit_verify(f, parity=f["m"].nunique() >= 3)
+
+
+def _fit_dict(fit) -> dict:
+    return {"a": fit.a, "b": fit.b, "parity": fit.parity, "r2": fit.r2}
 
 
 def probe(*, host: dict, build: dict, threads: int | None = None, rounds: int = 16, gib: float = 1.0,
@@ -213,12 +220,17 @@ def at_threads(profile: dict, n: int | None) -> dict:
                           "re-run `labkit machine probe`")
     host = {**profile["host"], "bandwidth_gbs": float(measured[str(n)]),
             **{k: float(profile["host"].get(k) or 0.0) * T / n for k in COMPUTE_RATES},
-            **{k: None if profile["host"].get(k) is None else float(profile["host"][k]) * T / n for k in HEAD_RATES},
-            **{k: None if profile["host"].get(k) is None else {m: float(v) * T / n for m, v in profile["host"][k].items()}
-               for k in RATE_TABLES}}
+            **{k: _scaled(profile["host"].get(k), T / n) for k in HEAD_RATES + RATE_TABLES}}
     return {**profile, "host": host, "threads": n,
             "derived": f"from the {T}-thread probe: host bandwidth measured at {n} thread(s), compute rates scaled "
                        f"{T}/{n} (assumed: work splits evenly over threads)"}
+
+
+def _scaled(rate, factor: float):
+    """A rate (or a per-m table of them) times ``factor``; None (not measured) stays None."""
+    if rate is None:
+        return None
+    return {m: float(v) * factor for m, v in rate.items()} if isinstance(rate, dict) else float(rate) * factor
 
 
 # -- the cache ------------------------------------------------------------------------------

@@ -156,15 +156,12 @@ def profile_recipe(recipe, *, m_values: Sequence[int], rounds: int, kv_depth: in
     engine (MLX has no per-node callback)."""
     if recipe.engine != "llama.cpp":
         return None
-    from labkit.artifacts.loader import resolve_model
-    from labkit.engines.llamacpp import LlamaCppEngine
+    from labkit.artifacts.loader import open_engine
 
-    art = resolve_model(recipe)
     clock = NodeClock()
-    with LlamaCppEngine(str(art.path), n_ctx=max(512, kv_depth + max(m_values) + 8), n_threads=recipe.threads,
-                        n_gpu_layers=recipe.n_gpu_layers, eval_callback=clock.callback) as e:
+    with open_engine(recipe, n_ctx=max(recipe.n_ctx, kv_depth + max(m_values) + 8), eval_callback=clock.callback) as e:
         res = profile_verify(e, clock, m_values=m_values, rounds=rounds, kv_depth=kv_depth, seed=recipe.seed)
-    return {**res, "model": art.name}
+        return {**res, "model": e.describe()["model"]["name"]}
 
 
 def frame(res: dict) -> pd.DataFrame:
@@ -174,8 +171,8 @@ def frame(res: dict) -> pd.DataFrame:
 
 
 def wide(long: pd.DataFrame) -> pd.DataFrame:
-    """The long table as one row per m, a column per op class, and the decode's wall time."""
+    """The long table as one row per m, a column per op class, and their sum ``total_ms`` (the
+    decode's wall time plus labkit's own per-row work)."""
     t = long.pivot(index="m", columns="op_class", values="ms")[list(CLASSES)].reset_index()
     t.columns.name = None
     return t.assign(total_ms=t[list(CLASSES)].sum(axis=1))
-

@@ -251,7 +251,7 @@ def plot_arch_contrast(data: pd.DataFrame, *, title: str = "verify(m): dense vs 
 def plot_op_profile(data: pd.DataFrame, *, title: str = "where a verify's time goes", note: str | None = None):
     """ms per op class (stacked) for each m: a breakdown of one decode, not a timing."""
     t = data.pivot(index="m", columns="op_class", values="ms")
-    t = t[[c for c in data["op_class"].drop_duplicates()]]  # the classes in the order given
+    t = t[list(data["op_class"].drop_duplicates())]  # the classes in the order given
     fig, ax = plt.subplots(figsize=(6.8, 4.2))
     bottom = np.zeros(len(t))
     for i, c in enumerate(t.columns):

@@ -221,6 +221,7 @@ def _flags(flags: str | None) -> str:
     if len(flags) <= 60:
         return f"flags: {flags}"
     native = next((w.split("=", 1)[1] for w in words if "GGML_NATIVE=" in w), None)
+    # the options the flags turn on (as engines.native.flags_on reads them; report never imports engines)
     on = {w.removeprefix("-D").split("=", 1)[0] for w in words if w.upper().endswith("=ON")}
     # the CPU variant: the widest x86 instruction set the flags turn on (the kernels it runs)
     isa = next((name for flag, name in VARIANTS if flag in on), None)
