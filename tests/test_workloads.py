@@ -83,6 +83,25 @@ def test_limit_takes_the_first_prompts():
         load_workload("code", limit=0)
 
 
+def test_more_prompts_than_a_file_holds_is_refused(fake_root):
+    rec = [json.dumps({"id": f"code-{i}", "prompt": "def f():", "source": "s"}) for i in range(3)]
+    _write(fake_root, "code", rec)
+    workloads.require_prompts(["code", workloads.SYNTHETIC_IDS], 3)  # as many as it holds; SYNTHETIC has no file
+    with pytest.raises(LabkitError) as e:
+        workloads.require_prompts(["code"], 4)
+    assert "prompts_per_workload = 4, but workload 'code' holds 3 prompts" in str(e.value)
+    assert "lower prompts_per_workload to 3" in e.value.fix and "code.jsonl" in e.value.fix
+
+
+def test_a_recipe_asking_more_prompts_than_a_file_holds_records_nothing(store):
+    from labkit.provenance import reproduce as rp
+
+    n = len(load_workload("edit"))
+    with pytest.raises(LabkitError, match=f"prompts_per_workload = {n + 1}, but workload 'edit' holds {n}"):
+        rp.reproduce(only=["02"], params={"prompts_per_workload": n + 1}, out_dir=str(store / "out"))
+    assert not (store / "out").exists() and not (store / "mlflow.db").exists()
+
+
 def test_all_workloads_returns_every_name_in_order():
     got = all_workloads(limit=1)
     assert list(got) == list(WORKLOADS)

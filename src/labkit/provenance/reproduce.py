@@ -35,6 +35,7 @@ from labkit.provenance import resume as resume_mod
 from labkit.provenance.drift import compare_with_previous
 from labkit.provenance.execution import Limits, register
 from labkit.provenance.sync import apply_close
+from labkit.suites.workloads import require_prompts
 
 
 def notebooks_dir() -> Path:
@@ -278,6 +279,7 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
         only = only or [source.data.tags["lab.notebook"]]
     base = {"recipe": recipe or "default", **(params or {})}
     eff = effective_recipe(base)
+    require_prompts(eff.workloads, eff.prompts_per_workload)
     nbs = discover(only, eff)
     routed = route_parameters(nbs, base)  # refuse bad input before anything runs or is recorded
     git_tags = committed.check(nbs, allow_dirty=allow_dirty)

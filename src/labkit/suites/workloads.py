@@ -126,9 +126,26 @@ def synthetic_prompts(n_vocab: int, *, n: int, seed: int = 0, length: int = SYNT
                    ids=tuple(int(t) for t in rng.integers(0, n_vocab, length))) for i in range(n)]
 
 
+def require_prompts(workloads: list[str], limit: int | None) -> None:
+    """Refuse a recipe that asks each workload for more prompts than its file holds (it
+    would otherwise decide on fewer prompts than it says, silently)."""
+    if limit is None:
+        return
+    for w in workloads:
+        if w == SYNTHETIC_IDS:
+            continue
+        n = len(load_workload(w))
+        if n < limit:
+            raise LabkitError(
+                f"prompts_per_workload = {limit}, but workload {w!r} holds {n} prompts ({workload_path(w)})",
+                f"lower prompts_per_workload to {n} or less, or add prompts to {workload_path(w).name} "
+                "(one JSON object per line)")
+
+
 def prompts_for(engine, workloads: list[str], *, limit: int | None = None, seed: int = 0) -> list[Prompt]:
     """The prompts of ``workloads`` for ``engine``: text workloads need a tokenizer;
     ``synthetic_ids`` gives SYNTHETIC token-id prompts (a model without a tokenizer needs them)."""
+    require_prompts(workloads, limit)
     has_tok = getattr(engine, "has_tokenizer", True)
     out = []
     for w in workloads:
