@@ -9,6 +9,13 @@ every logit row (a speculative verify) at KV depth ``--kv-depth``, every m once 
 order; m = 1 is H, the plain step. Ratios are paired by round and come with their
 intervals (labkit.analysis.decide): verify(m)/H per build, and each build over the first.
 
+Each round also times m = 16 and 32, with every logit row and with the last row's only:
+``amortised`` is what one more row costs once 16 or more rows share every weight read
+((T(32) - T(16)) / 16 per round; ``body_row_ms`` without its logits, ``head_row_ms`` the
+output head's part), beside ``small_m_row_ms``, the extra row of a verify ((V(8) - H) / 7 per
+round), and their ratio. A small-m row that costs no more than an amortised one pays no
+weight read of its own: what is left per row is arithmetic, which batching does not share.
+
 ``--profile`` adds, per build, the per-op-class breakdown of one verify for every m
 (labkit.measure.op_profile: llama.cpp's cb_eval callback, node by node; a breakdown, not
 a timing) after the timed rounds.
@@ -34,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 M_VALUES = tuple(range(1, 9))
+BIG_M = (16, 32)  # a row with the weight reads shared: (T(32) - T(16)) / 16
 
 
 def _sha(path: Path) -> str | None:
@@ -64,19 +72,21 @@ def worker(a: argparse.Namespace) -> int:
     say({"ready": True, "lib_path": info.get("lib_path"), "lib_sha256": info.get("lib_sha256"),
          "system_info": info.get("system_info")})
     ctx = context_ids(engine, a.kv_depth, seed=0)
-    rows = context_ids(engine, max(M_VALUES), seed=1)
+    rows = context_ids(engine, max(BIG_M), seed=1)
     engine.rollback(0)
     engine.decode(ctx, all_logits=False)
-    for m in M_VALUES:  # warm-up: every shape once, through the measured code path
-        _time_decode(engine, rows[:m], a.kv_depth)
+    shapes = [(m, True) for m in M_VALUES] + [(m, logits) for m in BIG_M for logits in (True, False)]
+    for m, logits in shapes:  # warm-up: every shape once, through the measured code path
+        _time_decode(engine, rows[:m], a.kv_depth, all_logits=logits)
     for line in sys.stdin:
         cmd = line.split()
         if not cmd or cmd[0] == "quit":
             break
         rng = np.random.default_rng(int(cmd[1]))
         out = {}
-        for m in rng.permutation(M_VALUES):
-            out[int(m)] = _time_decode(engine, rows[: int(m)], a.kv_depth)
+        for i in rng.permutation(len(shapes)):
+            m, logits = shapes[i]
+            out[str(m) if logits else f"{m}b"] = _time_decode(engine, rows[:m], a.kv_depth, all_logits=logits)
         say(out)
     engine.close()
     return 0
@@ -109,6 +119,18 @@ def _ratio(num: list[float], den: list[float]):
     return {"ratio": round(e.ratio, 3), "lo": round(e.lo, 3), "hi": round(e.hi, 3), "text": e.ci_text()}
 
 
+def amortised(s: dict) -> dict:
+    """One more row with the weight reads shared by 16..32 rows, beside one more row of a verify
+    (m = 1..8); ``s`` maps an m (``"16b"``: one logit row) to its ms per round."""
+    (lo, hi), n = BIG_M, BIG_M[1] - BIG_M[0]
+    full = (np.asarray(s[str(hi)]) - np.asarray(s[str(lo)])) / n
+    body = (np.asarray(s[f"{hi}b"]) - np.asarray(s[f"{lo}b"])) / n
+    small = (np.asarray(s[str(max(M_VALUES))]) - np.asarray(s["1"])) / (max(M_VALUES) - 1)
+    return {"from_m": list(BIG_M), "row_ms": round(float(np.median(full)), 2),
+            "body_row_ms": round(float(np.median(body)), 2), "head_row_ms": round(float(np.median(full - body)), 2),
+            "small_m_row_ms": round(float(np.median(small)), 2), "small_m_over_amortised": _ratio(list(small), list(full))}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("libs", nargs="*", help="[NAME=]LIBDIR, each a folder holding libllama and libggml*")
@@ -133,14 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     meta = {n: _read(p, n) for n, p in procs.items()}
     for n, d in builds.items():
         meta[n]["libggml_cpu_sha256"] = _sha(Path(d) / "libggml-cpu.so") if d else None
-    samples = {n: {m: [] for m in M_VALUES} for n in builds}
+    samples = {n: {} for n in builds}
     rng = np.random.default_rng(0)
     for r in range(a.rounds):
         for n in rng.permutation(list(builds)):
             procs[n].stdin.write(f"round {r}\n")
             procs[n].stdin.flush()
             for m, ms in _read(procs[n], n).items():
-                samples[n][int(m)].append(ms)
+                samples[n].setdefault(m, []).append(ms)
         print(f"round {r + 1}/{a.rounds}", file=sys.stderr, flush=True)
     for p in procs.values():
         p.stdin.write("quit\n")
@@ -156,13 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     if art.synthetic:
         out["label"] = art.describe()["label"]
     for n in builds:
-        s = samples[n]
+        s, s0 = samples[n], samples[first]
         out["builds"][n] = {
             **meta[n], "lib_dir": builds[n],
-            "H_ms": round(float(np.median(s[1])), 2),
-            "verify_ms": {m: round(float(np.median(s[m])), 2) for m in M_VALUES},
-            "verify_over_H": {m: _ratio(s[m], s[1]) for m in M_VALUES},
-            **({f"over_{first}": {m: _ratio(s[m], samples[first][m]) for m in M_VALUES}} if n != first else {}),
+            "H_ms": round(float(np.median(s["1"])), 2),
+            "verify_ms": {m: round(float(np.median(s[str(m)])), 2) for m in M_VALUES},
+            "verify_over_H": {m: _ratio(s[str(m)], s["1"]) for m in M_VALUES},
+            **({f"over_{first}": {m: _ratio(s[str(m)], s0[str(m)]) for m in M_VALUES}} if n != first else {}),
+            "amortised": amortised(s),
         }
     if a.profile:
         for n, d in builds.items():
@@ -172,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     for n, b in out["builds"].items():
         print(f"{n}: H {b['H_ms']} ms; " + ", ".join(f"V({m})/H {b['verify_over_H'][m]['text']}" for m in M_VALUES),
               file=sys.stderr)
+        f = b["amortised"]
+        print(f"{n}: one more row costs {f['small_m_row_ms']} ms in a verify (m = 1..8) and {f['row_ms']} ms with "
+              f"the weight reads shared by {BIG_M[0]}..{BIG_M[1]} rows (body {f['body_row_ms']}, head "
+              f"{f['head_row_ms']}): verify / shared {f['small_m_over_amortised']['text']}", file=sys.stderr)
     print(json.dumps(out))
     return 0
 

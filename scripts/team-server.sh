@@ -19,6 +19,10 @@
 #   LABKIT_TEAM_ARTIFACTS  --artifacts-destination (default $DIR/artifacts; s3://bucket/path works)
 #   LABKIT_TEAM_WAIT       seconds to wait for /health (default 120)
 #   LABKIT_TEAM_WORKERS    mlflow worker processes (default 2)
+#   LABKIT_TEAM_AUTH_CACHE_S  seconds a worker remembers a user's checked password (default 60;
+#                          0: every request checks it, ~140 ms of scrypt on a 2-core box). A user
+#                          deleted or a password changed through MLflow's API is forgotten at once
+#                          by the worker that handled it, by the others within this many seconds
 #   LABKIT_MLFLOW          mlflow executable (default <repo>/.venv/bin/mlflow); its Python
 #                          needs psycopg2-binary
 #   LABKIT_PG_BIN          folder with initdb and pg_ctl (default: newest /usr/lib/postgresql/*/bin)
@@ -197,6 +201,29 @@ auth_on() {
     esac
 }
 
+# Every start with auth: how long a worker remembers a checked password (MLflow's
+# auth_cache_ttl_seconds, off by default: then every request pays a scrypt check, and a tiny
+# reproduction logged to the server takes several times as long as to a local store).
+cache_ttl() {
+    local ttl=${LABKIT_TEAM_AUTH_CACHE_S:-60}
+    [[ $ttl =~ ^[0-9]+$ ]] || die "LABKIT_TEAM_AUTH_CACHE_S=$ttl is not a whole number of seconds" \
+        "set it to 60 (the default), or 0 to check the password on every request"
+    echo "$ttl"
+}
+auth_cache() {
+    local ttl; ttl=$(cache_ttl) || exit 1
+    "$PY" - "$AUTH/auth.ini" "$ttl" <<'PY' || exit 1
+import configparser, sys
+path, ttl = sys.argv[1], sys.argv[2]
+ini = configparser.ConfigParser(interpolation=None)
+ini.read(path)
+if ini["mlflow"].get("auth_cache_ttl_seconds") != ttl:
+    ini["mlflow"]["auth_cache_ttl_seconds"] = ttl
+    with open(path, "w") as f:  # in place: the file keeps its mode (0600)
+        ini.write(f)
+PY
+}
+
 # First start with auth: the admin password (generated, or the operator's file, checked), the
 # Flask secret and auth.ini, each readable by its owner only. Python reads and writes the
 # password itself: it never passes through argv, the environment or this shell's variables.
@@ -252,7 +279,7 @@ start() {
     if healthy; then die "$(url) already answers (another server)" "stop it, or set LABKIT_TEAM_PORT"; fi
     # Before anything starts: refuse an open non-loopback bind, or a weak admin password.
     local use_auth=0
-    if auth_on; then use_auth=1; setup_auth; fi
+    if auth_on; then use_auth=1; cache_ttl >/dev/null; setup_auth; auth_cache; fi
     if tls_on; then mkdir -p "$LOGS"; tls_files; fi  # the operator's files readable, or a trial one made
     start_postgres
     mkdir -p "$LOGS"

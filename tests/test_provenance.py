@@ -20,12 +20,14 @@ from labkit.report.figures import png_lab_id
 from labkit.report.regen import REL_TOL, compare_frames, regen
 
 FAST = tiny.FAST_01
+COST_RUN = {**FAST, "op_profile_rounds": 1}  # the cost_run's: one round of the op profile the other tiny 01s skip
 
 
 @pytest.fixture(scope="module")
 def cost_run(store):
-    """One real `labkit reproduce --only 01_cost_fit` (tiny parameters)."""
-    summary = rp.reproduce(only=["01_cost_fit"], out_dir=str(store / "out"), params=FAST)
+    """One real `labkit reproduce --only 01_cost_fit` (tiny parameters, with one round of the op profile
+    that the other tiny 01s skip)."""
+    summary = rp.reproduce(only=["01_cost_fit"], out_dir=str(store / "out"), params=COST_RUN)
     assert summary["ok"], summary
     return summary["results"][0]
 
@@ -58,13 +60,14 @@ def test_every_code_cell_is_logged_with_its_id(cost_run, store):
             for i in range(3, len(code_cells) + 1)]
     assert all(r["duration_s"] > 0 for r in recs)
     figs = {f["name"]: r["index"] for r in recs for f in r["produced"].get("figures", [])}
-    assert {"cost-fit", "cost-fit-m2-parity", "dense-vs-moe"} <= set(figs)
+    assert {"cost-fit", "cost-fit-m2-parity", "dense-vs-moe", "op-profile"} <= set(figs)
     tags = run.data.tags
     for key in ("git.commit", "git.dirty", "recipe", "recipe.hash", "engine.flags", "engine.version",
                 "model.sha256", "host.cpu", "host.cores", "host.memory_gb", "host.os", "packages",
                 "papermill.parameters", "lab.id"):
         assert key in tags, key
     assert json.loads(tags["papermill.parameters"])["verify_rounds"] == 3
+    assert "tables/op-profile/data.json" in [a.path for a in c.list_artifacts(cost_run["run_id"], "tables/op-profile")]
     assert "notebook/01_cost_fit.ipynb" in [a.path for a in c.list_artifacts(cost_run["run_id"], "notebook")]
     m = run.data.metrics
     assert m["verify/H_ms"] > 0 and m["verify/H_ms.lo"] <= m["verify/H_ms"] <= m["verify/H_ms.hi"]
@@ -114,7 +117,7 @@ def test_missing_artifacts_are_a_clear_error(cost_run, store, tmp_path):
 
 @pytest.mark.slow  # papermill
 def test_second_reproduction_compares_with_the_first(cost_run, store):
-    summary = rp.reproduce(only=["01"], out_dir=str(store / "out2"), params=FAST)
+    summary = rp.reproduce(only=["01"], out_dir=str(store / "out2"), params=COST_RUN)
     comp = summary["results"][0]["comparison"]
     assert comp["previous_id"] == cost_run["id"]
     c = tracking.client()

@@ -118,6 +118,8 @@ def team():
         t.start()
         assert (d / "auth" / "admin.password").stat().st_mode & 0o777 == 0o600
         assert (d / "auth" / "auth.ini").stat().st_mode & 0o777 == 0o600
+        # a checked password is remembered for a minute: not a scrypt check (~140 ms) per request
+        assert "auth_cache_ttl_seconds = 60" in (d / "auth" / "auth.ini").read_text()
         for name, role in (("rita", "reader"), ("ed", "editor"), ("eve", "editor")):
             t.add(name, role)
         yield t
@@ -137,6 +139,10 @@ def test_an_open_non_loopback_bind_and_a_weak_admin_password_are_refused(tmp_pat
     r = _script("start", env=env, timeout=60)
     assert r.returncode == 1 and "too weak" in r.stderr and "12 or more" in r.stderr, r.stderr
     assert "password" not in r.stderr.replace("admin password", "").replace("PASSWORD_FILE", "")
+    assert not (tmp_path / "pgdata").exists() and not (tmp_path / "auth" / "auth.ini").exists()
+    env = _script_env(tmp_path, _free_port(), LABKIT_TEAM_AUTH="1", LABKIT_TEAM_AUTH_CACHE_S="1m")
+    r = _script("start", env=env, timeout=60)
+    assert r.returncode == 1 and "LABKIT_TEAM_AUTH_CACHE_S=1m is not a whole number" in r.stderr, r.stderr
     assert not (tmp_path / "pgdata").exists() and not (tmp_path / "auth" / "auth.ini").exists()
 
 
@@ -215,9 +221,16 @@ def _show_and_regen(team, fig: str, out: Path, who: str) -> tuple[str, dict, byt
     return r.stdout, res, b"".join(p.read_bytes() for p in files)
 
 
+@pytest.fixture(scope="module")
+def read_by_rita(team, reproduction):
+    """The reader's `labkit show` and `regen` of the reproduction's figure, before any backup
+    (one regen, read by both tests below)."""
+    return _show_and_regen(team, reproduction["fig"], reproduction["out"] / "regen-rita", "rita")
+
+
 @pytest.mark.slow
-def test_a_reader_shows_compares_and_regens_but_never_logs(team, reproduction):
-    show, _, _ = _show_and_regen(team, reproduction["fig"], reproduction["out"] / "regen-rita", "rita")
+def test_a_reader_shows_compares_and_regens_but_never_logs(team, reproduction, read_by_rita):
+    show = read_by_rita[0]
     assert json.loads(show.strip().splitlines()[-1])["provenance"]
     r = _cli(["compare", "--notebook", "01_cost_fit", "--by", "host"], env=team.env("rita"))
     assert "403" not in r.stderr and "401" not in r.stderr, r.stderr[-2000:]
@@ -290,8 +303,8 @@ def test_a_damaged_archive_or_a_running_server_is_never_restored_over(team, tmp_
 
 
 @pytest.mark.slow
-def test_backup_wipe_restore_gives_the_same_show_and_regen(team, reproduction, tmp_path):
-    before = _show_and_regen(team, reproduction["fig"], tmp_path / "before", "rita")
+def test_backup_wipe_restore_gives_the_same_show_and_regen(team, reproduction, read_by_rita, tmp_path):
+    before = read_by_rita
     archive = _backup(team, tmp_path / "backups")
     team.stop()
     # the disk is lost

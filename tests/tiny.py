@@ -11,8 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # 01_cost_fit in seconds: three m, few rounds, a shallow KV cache. crosscheck_rounds 2: the fewest
 # that give the llama-bench ratio an interval (8 s less per 01 on 2 cores); more rounds are the
-# same loop, and `make reproduce` runs the recipe's 5
-FAST_01 = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32, "crosscheck_rounds": 2}
+# same loop, and `make reproduce` runs the recipe's 5. No op profile (3 s per 01 on 2 cores):
+# test_op_profile checks it, and test_notebooks_e2e runs 01 with it
+FAST_01 = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32, "crosscheck_rounds": 2, "op_profile_rounds": 0}
 
 
 def as_cli(params: dict) -> list[str]:
