@@ -30,7 +30,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+from bench_verify_kernels import (
+    _ratio,  # one paired-by-round ratio with its interval, for both benchmarks
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "team-server.sh"
@@ -52,13 +54,6 @@ def _run(args: list[str], env: dict, timeout: int = 600) -> subprocess.Completed
     if r.returncode != 0:
         raise SystemExit(f"error: {' '.join(args[:4])} exited {r.returncode}\n{r.stderr[-3000:]}")
     return r
-
-
-def _ratio(num: list[float], den: list[float]) -> dict:
-    from labkit.analysis.decide import estimate
-
-    e = estimate(pd.DataFrame({"prompt": "auth", "round": range(len(num)), "ratio": np.asarray(num) / np.asarray(den)}))
-    return {"ratio": round(e.ratio, 3), "lo": round(e.lo, 3), "hi": round(e.hi, 3), "text": e.ci_text()}
 
 
 def main(argv: list[str] | None = None) -> int:
