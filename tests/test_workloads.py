@@ -91,6 +91,10 @@ def test_more_prompts_than_a_file_holds_is_refused(fake_root):
         workloads.require_prompts(["code"], 4)
     assert "prompts_per_workload = 4, but workload 'code' holds 3 prompts" in str(e.value)
     assert "lower prompts_per_workload to 3" in e.value.fix and "code.jsonl" in e.value.fix
+    # a root without the file: reproduce leaves it to whoever loads it; anyone else is told
+    workloads.require_prompts(["edit"], 4, missing_ok=True)
+    with pytest.raises(LabkitError, match="workload file not found"):
+        workloads.require_prompts(["edit"], 4)
 
 
 def test_a_recipe_asking_more_prompts_than_a_file_holds_records_nothing(store):

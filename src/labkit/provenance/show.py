@@ -34,11 +34,12 @@ def show(lab_id: str) -> dict:
         "status": run.info.status, "notebook": tags.get("lab.notebook"), "recipe": tags.get("recipe"),
         "recipe_hash": tags.get("recipe.effective_hash"),
         "parameters": json.loads(tags.get("papermill.parameters", "{}")),
-        "provenance": {k: v for k, v in tags.items() if k.split(".")[0] in
+        "provenance": {k: v for k, v in sorted(tags.items()) if k.split(".")[0] in
                        ("git", "host", "engine", "model", "recipe", "residency", "draft")},
-        "metrics": run.data.metrics, "tracking_uri": tracking.redact(tracking.tracking_uri()),
+        "metrics": dict(sorted(run.data.metrics.items())),  # the store's order is not stable (a restore reorders it)
+        "tracking_uri": tracking.redact(tracking.tracking_uri()),
         # arms of long measurements: done / planned (and, resumed, inherited and drift)
-        "arms": {k[len("arms."):]: v for k, v in tags.items() if k.startswith("arms.")},
+        "arms": {k[len("arms."):]: v for k, v in sorted(tags.items()) if k.startswith("arms.")},
         "resumed_from": tags.get("resume.from"),
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run.info.start_time / 1000)),
         "host": tags.get("host.label") or tags.get("host.hostname"),

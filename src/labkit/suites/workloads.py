@@ -126,13 +126,15 @@ def synthetic_prompts(n_vocab: int, *, n: int, seed: int = 0, length: int = SYNT
                    ids=tuple(int(t) for t in rng.integers(0, n_vocab, length))) for i in range(n)]
 
 
-def require_prompts(workloads: list[str], limit: int | None) -> None:
+def require_prompts(workloads: list[str], limit: int | None, *, missing_ok: bool = False) -> None:
     """Refuse a recipe that asks each workload for more prompts than its file holds (it
-    would otherwise decide on fewer prompts than it says, silently)."""
+    would otherwise decide on fewer prompts than it says, silently). ``missing_ok``: a
+    workload with no file is left to whoever loads it (a checkout root without data/, whose
+    notebooks read no workload, runs; one that reads it is told there)."""
     if limit is None:
         return
     for w in workloads:
-        if w == SYNTHETIC_IDS:
+        if w == SYNTHETIC_IDS or (missing_ok and not workload_path(w).is_file()):
             continue
         n = len(load_workload(w))
         if n < limit:
