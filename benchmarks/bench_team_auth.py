@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ from bench_verify_kernels import (
     _ratio,  # one paired-by-round ratio with its interval, for both benchmarks
 )
 
+from labkit.measure.serve import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "team-server.sh"
 ARMS = {"off": "0", "on": "60"}
@@ -41,12 +42,6 @@ ARMS = {"off": "0", "on": "60"}
 TINY = {"verify_rounds": 3, "verify_m": [1, 2, 3], "kv_depth": 32, "crosscheck_rounds": 2, "op_profile_rounds": 0,
         "cost_models": []}
 CREDS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "NETRC", "MLFLOW_TRACKING_URI")
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(args: list[str], env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -68,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("error: PostgreSQL is not installed\nfix: scripts/system-deps.sh (or apt-get install postgresql)")
     d = Path(tempfile.mkdtemp(prefix="lkbench.", dir="/tmp"))  # short: the socket path is bounded
     d.chmod(0o755)  # the postgres user walks into it
-    port = _port()
+    port = free_port()
     base = {k: v for k, v in os.environ.items() if k not in CREDS}
     mlflow = str(Path(sys.executable).with_name("mlflow"))
     server_env = {**base, "LABKIT_TEAM_DIR": str(d), "LABKIT_TEAM_PORT": str(port), "LABKIT_TEAM_AUTH": "1",

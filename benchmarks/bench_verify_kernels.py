@@ -111,12 +111,15 @@ def _read(p: subprocess.Popen, name: str) -> dict:
 
 
 def _ratio(num: list[float], den: list[float]):
-    from labkit.analysis.decide import estimate
+    from labkit.analysis.decide import LOSES, WINS, estimate
 
     pairs = pd.DataFrame({"prompt": "verify", "round": range(len(num)),
                           "ratio": np.asarray(num) / np.asarray(den)})
     e = estimate(pairs)
-    return {"ratio": round(e.ratio, 3), "lo": round(e.lo, 3), "hi": round(e.hi, 3), "text": e.ci_text()}
+    # a ratio of times: below 1 the numerator is faster (decide's "wins" reads ratio > 1, a speedup)
+    reads = {WINS: "slower", LOSES: "faster"}.get(e.verdict, "no measurable difference")
+    return {"ratio": round(e.ratio, 3), "lo": round(e.lo, 3), "hi": round(e.hi, 3), "reads": reads,
+            "text": f"{e.ci_text()}, {reads}"}
 
 
 def amortised(s: dict) -> dict:
