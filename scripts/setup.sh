@@ -22,11 +22,11 @@ if [ "$(uname -s)" = "Darwin" ]; then
     # On Apple silicon the default build (Metal, native) is the right one.
     DEFAULT_FLAGS=""
 else
-    # This CPU's variant: every x86 feature flag ggml has that the CPU reports (AVX2, and
-    # AVX-512 / VNNI where present), never AMX (-march=native segfaults in ggml's AMX matmul,
-    # shared/FACTS.md). The build is keyed by its flags: another CPU builds its own.
-    DEFAULT_FLAGS=$(PYTHONPATH=src "$PY" -S -B src/labkit/engines/native.py cpu-flags 2>/dev/null) \
-        || DEFAULT_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+    # The portable AVX2 flags, or with LABKIT_CPU_VARIANT=cpu every x86 feature flag ggml has
+    # that the CPU reports (AVX-512 / VNNI where present), never AMX (-march=native segfaults
+    # in ggml's AMX matmul, shared/FACTS.md). The build is keyed by its flags. A bad
+    # LABKIT_CPU_VARIANT stops here with the fix, never falls back to another build.
+    DEFAULT_FLAGS=$(PYTHONPATH=src "$PY" -S -B src/labkit/engines/native.py cpu-flags) || exit 2
 fi
 export LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS-$DEFAULT_FLAGS}
 PY_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"  # llama-cpp-python compiles nothing of its own

@@ -295,6 +295,22 @@ def test_the_variant_is_what_the_cpu_has_and_never_amx():
     assert native.cpu_features("processor\t: 0\n") is None
 
 
+def test_setup_builds_portable_unless_asked_for_the_cpus_variant_and_refuses_an_unknown_one(monkeypatch):
+    monkeypatch.delenv("LABKIT_CPU_VARIANT", raising=False)
+    assert native.default_flags() == native.PORTABLE_FLAGS
+    monkeypatch.setenv("LABKIT_CPU_VARIANT", "cpu")
+    assert native.default_flags() == native.variant_flags(native.cpu_features())
+    monkeypatch.setenv("LABKIT_CPU_VARIANT", "avx512")
+    with pytest.raises(LabkitError, match="LABKIT_CPU_VARIANT='avx512'") as e:
+        native.default_flags()
+    assert "portable" in e.value.fix and "cpu" in e.value.fix
+    # setup.sh's own call: the message and a non-zero exit, no flags printed to fall back on
+    p = subprocess.run([sys.executable, "-S", "-B", "src/labkit/engines/native.py", "cpu-flags"], capture_output=True,
+                       text=True, cwd=Path(__file__).parents[1], timeout=60,
+                       env={"PATH": os.environ["PATH"], "PYTHONPATH": "src", "LABKIT_CPU_VARIANT": "avx512"})
+    assert p.returncode == 2 and p.stdout == "" and "LABKIT_CPU_VARIANT" in p.stderr
+
+
 def test_this_cpu_runs_its_own_variant_and_the_installed_build(built):
     feats = native.cpu_features()
     assert feats is not None, "no /proc/cpuinfo flags on this Linux box"

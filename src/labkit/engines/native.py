@@ -154,11 +154,30 @@ def flags() -> tuple[str, str]:
     return default_flags(), "scripts/setup.sh default"
 
 
+# LABKIT_CPU_VARIANT: which x86 build setup.sh makes. "portable" (the default): AVX2, FMA, F16C,
+# BMI2. "cpu": every flag of VARIANT this CPU has (AVX-512, VNNI, ...). The default is portable
+# because the AVX-512 variant was measured buying nothing on the plain step (H 0.94x, 95% CI
+# 0.88-1.01, AMD EPYC family 26) while its batched kernels round differently enough that greedy
+# speculation left plain's tokens on prompts where the AVX2 build's did not (docs/engines.md).
+CPU_VARIANTS = ("portable", "cpu")
+
+
+def cpu_variant() -> str:
+    v = os.environ.get("LABKIT_CPU_VARIANT", "portable").strip() or "portable"
+    if v not in CPU_VARIANTS:
+        raise LabkitError(f"LABKIT_CPU_VARIANT={v!r} is not a CPU variant labkit builds",
+                          "set it to portable (AVX2, the default) or cpu (every x86 flag this CPU has: AVX-512, "
+                          "VNNI, ...), or unset it")
+    return v
+
+
 def default_flags() -> str:
-    """setup.sh's default: Apple's own (Metal, native); on x86-64 Linux this CPU's variant
-    (``variant_flags``); elsewhere the portable x86-64 flags."""
+    """setup.sh's default: Apple's own (Metal, native); on x86-64 Linux the portable AVX2 flags,
+    or this CPU's variant (``variant_flags``) with LABKIT_CPU_VARIANT=cpu; elsewhere portable."""
     if platform.system() == "Darwin":
         return ""
+    if cpu_variant() == "portable":
+        return PORTABLE_FLAGS
     feats = cpu_features() if platform.machine() in ("x86_64", "AMD64") else None
     return variant_flags(feats) if feats else PORTABLE_FLAGS
 
@@ -536,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("link")
     sub.add_parser("status")
     sub.add_parser("dir")
-    sub.add_parser("cpu-flags", help="the ggml flags of this CPU's variant (setup.sh's default)")
+    sub.add_parser("cpu-flags", help="the ggml flags setup.sh builds with by default (LABKIT_CPU_VARIANT: portable, "
+                                     "the default, or cpu)")
     a = ap.parse_args(argv)
     if a.flags is not None:
         os.environ["LABKIT_LLAMA_FLAGS"] = a.flags
