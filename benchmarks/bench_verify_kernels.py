@@ -134,6 +134,21 @@ def amortised(s: dict) -> dict:
             "small_m_row_ms": round(float(np.median(small)), 2), "small_m_over_amortised": _ratio(list(small), list(full))}
 
 
+def parse_builds(specs: list[str]) -> dict[str, str]:
+    """``[NAME=]LIBDIR`` arguments as name -> library folder ("" the installed build); a folder
+    without libllama.so is refused. The name defaults to the folder above ``bin/``."""
+    builds = {}
+    for spec in specs:
+        name, _, d = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        if d and not (Path(d) / "libllama.so").is_file():
+            raise SystemExit(f"error: {d} holds no libllama.so\nfix: pass the bin/ folder of a llama.cpp build")
+        name = name or (Path(d).parent.name if d else "installed")
+        if name in builds:  # two unnamed .../build/bin folders: one would silently replace the other
+            raise SystemExit(f"error: two builds are named {name!r}\nfix: name each, e.g. a={builds[name] or 'DIR'} b={d}")
+        builds[name] = d
+    return builds
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("libs", nargs="*", help="[NAME=]LIBDIR, each a folder holding libllama and libggml*")
@@ -148,12 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.worker:
         return worker(a)
-    builds = {}
-    for spec in a.libs or [""]:
-        name, _, d = spec.rpartition("=") if "=" in spec else ("", "", spec)
-        if d and not (Path(d) / "libllama.so").is_file():
-            raise SystemExit(f"error: {d} holds no libllama.so\nfix: pass the bin/ folder of a llama.cpp build")
-        builds[name or (Path(d).parent.name if d else "installed")] = d
+    builds = parse_builds(a.libs or [""])
     procs = {n: _spawn(d, a) for n, d in builds.items()}
     meta = {n: _read(p, n) for n, p in procs.items()}
     for n, d in builds.items():

@@ -26,8 +26,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
-M_VALUES = tuple(range(1, 9))
+from bench_verify_kernels import (  # the m = 1..8 a verify is timed at; [NAME=]LIBDIR
+    M_VALUES,
+    parse_builds,
+)
 
 
 def worker(model: str, out: str) -> None:
@@ -73,10 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(a.libs) < 2:
         raise SystemExit("error: give two or more library folders to compare\n"
                          "fix: e.g. check_build_bits.py upstream=/path/a/bin patched=/path/b/bin")
-    builds = dict(x.split("=", 1) if "=" in x else (Path(x).name, x) for x in a.libs)
-    for name, d in builds.items():
-        if not (Path(d) / "libllama.so").exists():
-            raise SystemExit(f"error: {name}: no libllama.so in {d}\nfix: give the folder a build's libllama.so is in")
+    builds = parse_builds(a.libs)
     got = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, d in builds.items():
@@ -90,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"kind": "build_bits", "model": a.model, "reference": ref_name, "builds": {}}
     same_all = True
     for name, g in got.items():
-        row = {"batch_vs_plain_max_abs": [float(np.abs(g["m8"][j] - g["plain"][j]).max()) for j in range(8)]}
+        last = max(M_VALUES)
+        row = {"batch_vs_plain_max_abs": [float(np.abs(g[f"m{last}"][j] - g["plain"][j]).max()) for j in range(last)]}
         if name != ref_name:
             diff = {m: float(np.abs(g[f"m{m}"] - ref[f"m{m}"]).max()) for m in M_VALUES}
             row.update({"max_abs_by_m": diff, "greedy_equal": bool((g["greedy"] == ref["greedy"]).all()),
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                   "differs: max |Δlogit| " + ", ".join(f"m={m} {v:.3g}" for m, v in diff.items()))
                   + f"; greedy 64 tokens {'equal' if row['greedy_equal'] else 'differ'}", file=sys.stderr)
         report["builds"][name] = row
-        print(f"{name}: the 8-row verify's rows against the plain steps there, max |Δlogit|: "
+        print(f"{name}: the {last}-row verify's rows against the plain steps there, max |Δlogit|: "
               + " ".join(f"{v:.2g}" for v in row["batch_vs_plain_max_abs"]), file=sys.stderr)
     report["same_bits"] = same_all
     print(json.dumps(report))
