@@ -18,8 +18,9 @@ while the win sits at k = 5. The search looks where the evidence points instead:
    "wins", judged at 1 - alpha / (S x looks) for its S measured candidates and its
    sequential looks (Bonferroni, as everywhere in labkit); otherwise off, the simpler option.
 5. **Check** each decision on the held-out prompts (``check``): the realised ratio beside
-   the decision's interval. A decision whose realised ratio falls below its interval, or
-   loses, fails its check and falls back to off.
+   the decision's interval. An "on" that the fresh prompts contradict (it loses there, is
+   not faster there, or their interval lies wholly below the decision's) fails its check
+   and falls back to off.
 6. **The mix** (``mix``): the whole traffic's speedup, weighted by the recipe's
    ``traffic_mix`` (share of generated tokens per workload; default equal).
 
@@ -233,8 +234,16 @@ def check(decision: dict, rows: pd.DataFrame, *, margin: float = decide.DEFAULT_
           confidence: float = decide.DEFAULT_CONFIDENCE, temperature: float = 0.0) -> dict:
     """The decided candidate (for an off decision: the best candidate measured) on the
     held-out prompts ``rows``: its realised end-to-end ratio with its own CI and verdict,
-    whether it lies inside the decision's interval, and the final setting. An "on" that
-    realises below its interval's lower end, or loses, fails and falls back to off."""
+    whether it lies inside the decision's interval, and the final setting.
+
+    An "on" fails, and falls back to off, when the fresh prompts contradict it: the held-out
+    loses, or is not faster at all (realised <= 1), or its own interval lies wholly below the
+    decision's (realised_hi < lo). A realised ratio below the decision's interval whose own
+    interval still reaches it is reported ("below") but kept: a few held-out prompts are
+    noisier than the choosing ones, and failing on the point alone turned a right "on" off in
+    one of three back-to-back runs (edit: 1.54x, 98.8% CI 1.40-1.70, held-out 1.33x, 95% CI
+    0.98-1.80). What the check is there for, the winner's curse at the null, is caught by the
+    "not faster" rule (test_search's simulations)."""
     out = {"workload": decision["workload"], "decided": decision["setting"], "label": decision.get("label"),
            "predicted": decision.get("ratio"), "predicted_lo": decision.get("lo"), "predicted_hi": decision.get("hi")}
     unmeasured = {**out, "realised": None, "realised_lo": None, "realised_hi": None, "realised_verdict": None,
@@ -249,13 +258,23 @@ def check(decision: dict, rows: pd.DataFrame, *, margin: float = decide.DEFAULT_
     lo, hi = decision.get("lo"), decision.get("hi")
     inside = bool(lo is not None and hi is not None and lo <= est.ratio <= hi)
     below = lo is not None and est.ratio < lo
-    failed = decision["setting"] == ON and (below or est.verdict == decide.LOSES)
+    why = None
+    if decision["setting"] == ON:
+        if est.verdict == decide.LOSES:
+            why = "it loses on them"
+        elif est.ratio <= 1.0:
+            why = "it is not faster on them"
+        elif lo is not None and est.hi is not None and est.hi < lo:
+            why = "its interval lies below the decision's"
+    failed = why is not None
     final = OFF if failed else decision["setting"]
     where = "inside" if inside else ("below" if below else "above")
     text = (f"{decision['workload']}: {decision['label']} predicted {decision['ratio']:.2f}× "
             f"[{lo:.2f}–{hi:.2f}], held-out {est.ci_text()} {est.verdict} over {est.n_prompts} prompts: {where}")
     if failed:
-        text += "; the check fails: off (the simpler option)"
+        text += f"; the check fails ({why}): off (the simpler option)"
+    elif below and decision["setting"] == ON:
+        text += " (its own interval reaches the decision's: kept)"
     return {**out, "realised": est.ratio, "realised_lo": est.lo, "realised_hi": est.hi,
             "realised_verdict": est.verdict, "pairs": est.n_pairs, "prompts": est.n_prompts, "inside": inside,
             "where": where, "failed": failed, "final": final, "line": text}
