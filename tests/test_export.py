@@ -150,6 +150,37 @@ def test_export_a_notebook_table_in_every_format(book, capsys, tmp_path):
 
 
 @pytest.mark.slow  # papermill: 02 + 06
+def test_show_of_a_table_prints_its_rows(book, capsys):
+    """`labkit show LAB:…/<table>` answers with the table's rows (cut to a screen), not only
+    a pointer to `labkit export`; --json stays the record alone."""
+    c = tracking.client()
+    tid = f"{book['02_k_sweep']['id']}/sweep-cells"
+    logged = load_table(c, c.get_run(book["02_k_sweep"]["run_id"]), "sweep-cells")
+    rc, out, _ = cli(capsys, "show", tid)
+    assert rc == 0 and out[0].startswith(f"[{tid}]") and f"{len(logged)} rows:" in out
+    header = next(ln for ln in out if ln.strip().startswith("| drafter |"))
+    assert "| k |" in header and out[-1].startswith("see more: labkit export")
+    body = [ln for ln in out if ln.strip().startswith("| ngram |")]
+    assert len(body) == min(len(logged[logged["drafter"] == "ngram"]), 12)
+    rc, js, _ = cli(capsys, "show", tid, "--json")
+    assert rc == 0 and len(js) == 1 and "rows:" not in js[0]
+
+
+def test_a_table_preview_reads_its_own_sentences_else_cuts_to_a_screen():
+    from labkit.report.tableformat import preview_lines
+
+    said = pd.DataFrame({"workload": ["edit", "code"], "ratio": [1.5, 1.0],
+                         "line": ["edit: on, ngram k=5, 1.50× (98.8% CI 1.18–1.91) e2e, wins", "code: off"],
+                         "check": ["edit: … held-out 1.60×: inside", None]})
+    assert preview_lines(said) == [said["line"][0], "  check: edit: … held-out 1.60×: inside", "code: off"]
+    wide = pd.DataFrame({f"c{i}": ["x" * 50] * 20 for i in range(14)})
+    lines = preview_lines(wide)
+    assert len(lines) == 2 + 12 + 1 and lines[0].count("|") == 11  # 10 columns
+    assert all(len(cell.strip()) <= 36 for cell in lines[2].strip("| ").split(" | "))
+    assert lines[-1] == "… 8 more rows and 4 more columns (c10, c11, c12, c13)"
+
+
+@pytest.mark.slow  # papermill: 02 + 06
 def test_export_matrix_section_as_latex_in_the_chapters_shape(book, capsys, tmp_path):
     """§E as a chapter prints it: model/spill · drafter · baseline · n_max=1 · n_max=2, each
     cell "tok/s (×) @ first-token %", the spill a short label whose load-log text is in the

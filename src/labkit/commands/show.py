@@ -44,5 +44,22 @@ def main(argv=None) -> int:
         output(args, lambda: section_lines(res), res)
         return 0
     res = show(args.id)
-    output(args, lambda: summary_lines(res), res)
+    def lines() -> list[str]:
+        out, rows = summary_lines(res), table_lines(args.id, res)
+        return out[:-1] + rows + out[-1:] if rows else out  # "see more" stays last
+
+    output(args, lines, res)
     return 0
+
+
+def table_lines(text: str, res: dict) -> list[str]:
+    """For an ID that names a table: its rows (their own sentences where the table has them),
+    so that ``show`` answers without a second command; the whole table is ``labkit export``."""
+    if (res.get("artifact") or {}).get("type") != "table":
+        return []
+    from labkit.provenance import tracking
+    from labkit.report import export
+    from labkit.report.tableformat import preview_lines
+
+    table = export.resolve(tracking.client(), text)
+    return [f"{len(table['data'])} rows:", *(f"  {ln}" for ln in preview_lines(table["data"]))]

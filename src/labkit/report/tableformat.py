@@ -96,6 +96,29 @@ def markdown_lines(df: pd.DataFrame) -> list[str]:
             *(row(r) for r in df.itertuples(index=False, name=None))]
 
 
+def preview_lines(df: pd.DataFrame, *, rows: int = 12, columns: int = 10, width: int = 36) -> list[str]:
+    """A table as a terminal shows it: where its rows carry their own sentence (a ``line``
+    column, and a ``check`` beside it), those sentences; else the first ``rows`` rows and
+    ``columns`` columns as markdown, each cell cut to ``width`` characters. What is left out
+    is counted on the last line."""
+    head = df.head(rows)
+    if "line" in df.columns:
+        out = []
+        for r in head.to_dict("records"):
+            out.append(str(r["line"]))
+            if isinstance(r.get("check"), str) and r["check"]:
+                out.append(f"  check: {r['check']}")
+    else:  # an estimate and its interval read as one cell (_readable), then the first columns
+        disp = _readable(head)
+        cut = list(disp.columns[columns:])
+        disp = disp.iloc[:, :columns].map(lambda v: v if len(v) <= width else v[:width - 1] + "…")
+        out = markdown_lines(disp)
+    more = [f"{len(df) - rows} more rows"] if len(df) > rows else []
+    if "line" not in df.columns and cut:
+        more.append(f"{len(cut)} more columns ({', '.join(map(str, cut[:4]))}{', …' if len(cut) > 4 else ''})")
+    return out + ([f"… {' and '.join(more)}"] if more else [])
+
+
 def caption_line(caption: str, legend: str | None = None) -> str:
     return f"*{caption}*" + (f" — {legend}" if legend else "")
 
