@@ -152,7 +152,7 @@ def test_export_a_notebook_table_in_every_format(book, capsys, tmp_path):
 @pytest.mark.slow  # papermill: 02 + 06
 def test_show_of_a_table_prints_its_rows(book, capsys):
     """`labkit show LAB:…/<table>` answers with the table's rows (cut to a screen), not only
-    a pointer to `labkit export`; --json stays the record alone."""
+    a pointer to `labkit export`; --json carries the same rows (``table_preview``)."""
     c = tracking.client()
     tid = f"{book['02_k_sweep']['id']}/sweep-cells"
     logged = load_table(c, c.get_run(book["02_k_sweep"]["run_id"]), "sweep-cells")
@@ -163,7 +163,7 @@ def test_show_of_a_table_prints_its_rows(book, capsys):
     body = [ln for ln in out if ln.strip().startswith("| ngram |")]
     assert len(body) == min(len(logged[logged["drafter"] == "ngram"]), 12)
     rc, js, _ = cli(capsys, "show", tid, "--json")
-    assert rc == 0 and len(js) == 1 and "rows:" not in js[0]
+    assert rc == 0 and len(js) == 1 and json.loads(js[0])["table_preview"] == out[2:-1]  # the same figures
 
 
 def test_a_table_preview_reads_its_own_sentences_else_cuts_to_a_screen():

@@ -213,6 +213,10 @@ def test_the_check_fails_a_decision_only_where_the_fresh_prompts_contradict_it()
     tight = sr.check(d, _held_out(1.15, sd=0.01))
     assert tight["realised_hi"] < d["lo"] and tight["failed"] and tight["final"] == sr.OFF
     assert "its interval lies below the decision's" in tight["line"]
+    kept = {**d, "final": noisy["final"], "check": noisy["line"], "check_inside": noisy["inside"],
+            "check_realised": noisy["realised"], "line": "edit: on, ngram k=5, 1.54× (98.8% CI 1.40–1.70) e2e, wins"}
+    assert sr.final_line(kept).endswith(f"held-out {noisy['realised']:.2f}×, below its interval, whose end its own "
+                                        "interval reaches (kept)")
     flat = sr.check(d, _held_out(0.97, sd=0.1, seed=0))
     assert flat["realised"] <= 1.0 and flat["realised_verdict"] != decide.LOSES, flat["line"]
     assert flat["failed"] and "not faster" in flat["line"]

@@ -391,7 +391,11 @@ def final_line(d: dict) -> str:
     held = ""
     real = d.get("check_realised")
     if d["setting"] == ON and d.get("check_inside") is not None and real is not None and real == real:
-        held = f"; held-out {real:.2f}×, " + ("inside its interval" if d["check_inside"] else "above its interval")
+        lo = d.get("lo")
+        where = ("inside its interval" if d["check_inside"] else
+                 "below its interval, whose end its own interval reaches (kept)" if lo is not None and real < lo
+                 else "above its interval")
+        held = f"; held-out {real:.2f}×, {where}"
     return d["line"] + held
 
 

@@ -44,8 +44,12 @@ def main(argv=None) -> int:
         output(args, lambda: section_lines(res), res)
         return 0
     res = show(args.id)
+    rows = table_lines(args.id, res)
+    if rows:  # the same figures in both forms: --json carries the preview the person reads
+        res = {**res, "table_preview": rows}
+
     def lines() -> list[str]:
-        out, rows = summary_lines(res), table_lines(args.id, res)
+        out = summary_lines(res)
         return out[:-1] + rows + out[-1:] if rows else out  # "see more" stays last
 
     output(args, lines, res)
