@@ -65,7 +65,7 @@ from labkit.measure import protocol as measure_protocol
 from labkit.measure import search as measure_search
 from labkit.provenance import tracking
 from labkit.suites import stepcheck
-from labkit.suites.workloads import prompts_for
+from labkit.suites.workloads import prompts_for, reserve_for
 
 lab = labkit_lab.start(globals())
 R = lab.recipe
@@ -77,6 +77,9 @@ prompts = prompts_for(engine, R.workloads, limit=R.prompts_per_workload, seed=R.
 # the search chooses on some prompts and checks on the others (seeded, split before measuring)
 choose, held_out = search.split(prompts, check_share=R.check_share, seed=R.seed) if R.protocol == "search" \
     else (prompts, [])
+# fresh choosing prompts for the rounds after the first, for the workloads still undecided (not replayed)
+reserve = reserve_for(engine, R.workloads, after=R.prompts_per_workload, n=R.reserve_prompts, seed=R.seed) \
+    if R.protocol == "search" else []
 auto = "priced" if R.protocol == "search" and R.search_auto and not R.policy else None  # k auto, a candidate
 m_max = max(max(R.k) + 1, R.policy_k_max + 1 if (R.policy or auto) else 0)  # k auto prices drafts up to k_max
 ver = verify_cost.bench_verify(engine, m_values=range(1, m_max + 1), rounds=16, kv_depth=R.kv_depth, seed=R.seed)
@@ -102,7 +105,7 @@ pol = policy_arm.policy_arms(R, engine, arms, progress=lab.progress, policy=auto
 # %%
 if R.protocol == "search":
     res = measure_search.from_recipe(R, engine, prompts, drafters=arms, vm=vm, predicted=pred, policies=pol,
-                                     progress=lab.progress, **lab.arms("sweep"))
+                                     reserve=reserve, progress=lab.progress, **lab.arms("sweep"))
     rows, prow = search.split_policy_rows(res["rows"])
     record_search(lab, res)
     print(search.text(res))

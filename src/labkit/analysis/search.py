@@ -146,14 +146,16 @@ def summaries(rows: pd.DataFrame, arms: list[Arm], th: ladder.Thresholds, *, tem
 
 
 def open_arms(summ: list[dict], arms: list[Arm], th: ladder.Thresholds, *, rows: pd.DataFrame | None = None,
-              temperature: float = 0.0) -> list[Arm]:
+              temperature: float = 0.0, fresh_prompts: int = 0) -> list[Arm]:
     """The arms whose verdict more rounds could still change (``analysis.protocol.settled``).
 
     After one round a prompt's rounds cannot say how much of the spread over prompts is round
     noise, which more rounds shrink, and how much is the prompts themselves, which they do not;
     the A/A arm can: plain over plain varies by round noise alone. With ``rows`` (carrying the
     A/A arm), an arm measured for one round whose interval would still not clear the win line
-    at ``max_runs`` rounds, were all its round noise that large, is settled (futile) too."""
+    at ``max_runs`` rounds, were all its round noise that large, is settled (futile) too.
+    ``fresh_prompts``: the rounds left measure that many more prompts (the search's reserve)
+    instead of repeating these, which narrows the spread over prompts as well."""
     tw = thresholds(th, len(arms))
     noise = round_noise(rows, temperature) if rows is not None else None
     out = []
@@ -161,11 +163,12 @@ def open_arms(summ: list[dict], arms: list[Arm], th: ladder.Thresholds, *, rows:
         if ladder.settled(s, tw):
             continue
         if noise is not None and s.get("rounds") == 1 and s.get("e2e_lo_at_budget") is None and tw.max_runs:
-            lo = _lo_at_budget(rows, a, tw, noise, temperature)
+            lo = _lo_at_budget(rows, a, tw, noise, temperature, fresh_prompts=fresh_prompts)
             if lo is not None and lo <= tw.min_speedup * (1 + tw.margin):
                 s["e2e_lo_at_budget"] = lo
-                s["budget"] = (f"futile: even {tw.max_runs} rounds would leave the CI's lower end near {lo:.2f}× "
-                               "(the A/A arm's round noise)")
+                more = f"{fresh_prompts} more prompts" if fresh_prompts else f"{tw.max_runs} rounds"
+                s["budget"] = (f"futile: even {more} would leave the CI's lower end near {lo:.2f}× "
+                               f"(the {'spread over prompts and ' if fresh_prompts else ''}A/A arm's round noise)")
                 continue
         out.append(a)
     return out
@@ -180,9 +183,12 @@ def round_noise(rows: pd.DataFrame, temperature: float = 0.0) -> float | None:
     return float(np.var(r, ddof=1)) if len(r) >= 2 else None
 
 
-def _lo_at_budget(rows: pd.DataFrame, arm: Arm, th: ladder.Thresholds, noise: float, temperature: float):
+def _lo_at_budget(rows: pd.DataFrame, arm: Arm, th: ladder.Thresholds, noise: float, temperature: float, *,
+                  fresh_prompts: int = 0):
     """The CI's lower end after ``th.max_runs`` rounds: the prompt part of the spread stays,
-    the round part (``noise``) shrinks as 1/rounds; the estimate stays where it is."""
+    the round part (``noise``) shrinks as 1/rounds; the estimate stays where it is. With
+    ``fresh_prompts`` the rounds measure new prompts instead: one round each, so the whole
+    spread stays per prompt and the interval narrows with the prompts' count."""
     from scipy import stats
 
     pairs = decide.paired(rows, arm={"drafter": arm.drafter, "k": arm.k}, temperature=temperature)
@@ -194,7 +200,11 @@ def _lo_at_budget(rows: pd.DataFrame, arm: Arm, th: ladder.Thresholds, noise: fl
         return None
     prompt_part = max(0.0, float(means.var(ddof=1)) - noise)
     est = decide.estimate(pairs, **th.decide_kw())
-    half = float(stats.t.ppf(1 - (1 - est.level) / 2, n - 1)) * np.sqrt((prompt_part + noise / th.max_runs) / n)
+    if fresh_prompts:
+        n_all = n + fresh_prompts
+        half = float(stats.t.ppf(1 - (1 - est.level) / 2, n_all - 1)) * np.sqrt((prompt_part + noise) / n_all)
+    else:
+        half = float(stats.t.ppf(1 - (1 - est.level) / 2, n - 1)) * np.sqrt((prompt_part + noise / th.max_runs) / n)
     return float(np.exp(float(means.mean()) - half)) * th.min_speedup
 
 
@@ -410,6 +420,10 @@ def text(res: dict) -> str:
             lines.append(f"  llama-server for {d['workload']}: {d['llama_server']}")
         for s in d.get("sampled") or []:
             lines.append(f"  {d['workload']} {s}")
+    if res.get("reserve"):
+        ws = sorted({r.rsplit("-", 1)[0] for r in res["reserve"]})
+        lines.append(f"Undecided after the first round: {', '.join(ws)}, measured again on "
+                     f"{len(res['reserve'])} fresh reserve prompts (not on the same ones again)")
     if res.get("ladder_line"):
         lines.append(res["ladder_line"])
     inside = sum(bool(c.get("inside")) for c in res["checks"] if c.get("realised") is not None)

@@ -129,6 +129,11 @@ class Recipe:
     search_candidates: int = 1
     search_auto: bool = True  # the priced policy (recipe policy, else priced) as a candidate in every workload
     check_share: float = 0.4
+    # more choosing prompts per workload, held in reserve (the next ones in each workload's file, fixed
+    # before anything is measured): the rounds after the first measure a workload's still-undecided
+    # candidates on fresh reserve prompts, not again on the same ones (more prompts narrow the spread
+    # over prompts, which repeating a prompt does not); 0: those rounds repeat the choosing prompts
+    reserve_prompts: int = 0
     traffic_mix: dict | None = None
     # per workload, the setting to deploy ("ngram k=5", "ngram k=auto", "off"), written by
     # `labkit advise --write` from the search's decisions beside the LAB ID of the evidence
@@ -150,7 +155,7 @@ class Recipe:
     # (01's cross-check; the tool suite's sequential runs)
     LATER_DEFAULTS = {"crosscheck_rounds": 5, "crosscheck_tolerance": 0.10, "toolsuite_min_runs": 1,
                       "search_candidates": 1, "search_auto": True, "check_share": 0.4, "traffic_mix": None,
-                      "workload_settings": None, "op_profile_rounds": 3}
+                      "reserve_prompts": 0, "workload_settings": None, "op_profile_rounds": 3}
 
     @property
     def hash(self) -> str:
@@ -168,7 +173,7 @@ class Recipe:
         "gate", "gate_window", "gate_probe_every", "ngram_min", "ngram_max", "interleave",
         "protocol", "protocol_min_speedup", "protocol_min_acceptance", "n_cpu_moe",
         "decision_margin", "decision_confidence", "aa_control", "max_runs", "budget_s",
-        "search_candidates", "search_auto", "check_share", "traffic_mix",
+        "search_candidates", "search_auto", "check_share", "traffic_mix", "reserve_prompts",
     )
 
     @property
@@ -235,6 +240,13 @@ class Recipe:
         if not 0 < self.check_share < 1:
             bad(f"check_share = {self.check_share} is outside (0, 1)",
                 "hold out a fraction of each workload's prompts to check the decision, e.g. check_share: 0.4")
+        if self.reserve_prompts < 0:
+            bad(f"reserve_prompts = {self.reserve_prompts} is negative",
+                "set reserve_prompts to 0 (extra rounds repeat the choosing prompts) or more (fresh prompts for them)")
+        if self.reserve_prompts and (self.max_runs or self.runs) <= self.runs:
+            bad(f"reserve_prompts = {self.reserve_prompts}, but max_runs = {self.max_runs or self.runs} leaves no round after "
+                f"the first {self.runs} to measure them in",
+                f"raise max_runs above runs (e.g. max_runs: {self.runs + 1}) or set reserve_prompts: 0")
         mix_weights(self.traffic_mix, self.workloads, where=where)
         for w, v in (self.workload_settings or {}).items():
             if w not in self.workloads or not re.fullmatch(r"off|\S+ k=(auto|\d+)", str(v)):

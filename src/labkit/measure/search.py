@@ -79,8 +79,16 @@ def search(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds: 
            runs: int = 2, max_runs: int | None = None, budget_s: float | None = None, max_tokens: int = 64,
            temperatures: tuple[float, ...] = (0.0,), seed: int = 0, interleave: str = "random",
            progress: Progress = None, on_arm: Callable | None = None, skip: dict | None = None,
-           measure: Callable | None = None, predicted: dict | None = None, ngram_n: int = 4) -> dict:
+           measure: Callable | None = None, predicted: dict | None = None, ngram_n: int = 4,
+           reserve: list | None = None) -> dict:
     """The whole search; returns its tables and lines (see the keys at the end).
+
+    ``reserve``: more choosing prompts (``suites.workloads.reserve_for``), measured only in the
+    rounds after the first, only for a workload's still-undecided candidates, split evenly over
+    those rounds: each such round measures them on fresh prompts instead of repeating the
+    choosing ones. More prompts narrow the spread over prompts, which is most of a workload's
+    interval and which repeating a prompt leaves as it is. Without a reserve (or once it is
+    spent) a round repeats the choosing prompts.
 
     ``policies``: ``measure.policy_arm.policy_arms``' arms (the priced policy per drafter),
     each a candidate beside the ranked fixed settings. ``predicted``: ``measure.protocol.
@@ -104,7 +112,7 @@ def search(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds: 
     rung = _ladder_rung(pred["by_k"], drafters, ks, thresholds, pruned=pruned)
     check_budget(budget_s, round_seconds(pred["per_prompt"], arms, extra=len(rung["measure"])))
 
-    parts, summ_by, decisions = [], {}, []
+    parts, summ_by, decisions, used_reserve = [], {}, [], []
     for w in sorted(arms):
         ps = [p for p in choose if p.workload == w]
         a = arms[w]
@@ -118,10 +126,12 @@ def search(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds: 
                                temperatures=(temp,), cold=False, first=1, **kw)
                           for group, arm_set in ((lad, [*a, *rung["measure"]]), (rest, a)) if group],
                          ignore_index=True)
+        batches = _batches([p for p in (reserve or []) if p.workload == w], max_runs - runs)
         r, t0 = runs, time.perf_counter()
         while True:
             summ = sr.summaries(rows, a, thresholds, temperature=temp)
-            open_ = sr.open_arms(summ, a, thresholds, rows=rows, temperature=temp)
+            open_ = sr.open_arms(summ, a, thresholds, rows=rows, temperature=temp,
+                                 fresh_prompts=sum(len(b) for b in batches))
             spent = budget_s is not None and time.perf_counter() - t0 >= budget_s
             if not open_ or r >= max_runs or spent:
                 for s, x in zip(summ, a, strict=True):
@@ -129,10 +139,13 @@ def search(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds: 
                         s["budget"] = "time budget spent" if spent else f"{r} of max_runs={max_runs} rounds"
                 break
             r += 1
+            fresh = batches.pop(0) if batches else []
             if progress:
-                progress(f"search: {w}: round {r} for the undecided {', '.join(x.label for x in open_)}")
-            more = _run(measure, engine, ps, drafters, open_, pol, runs=r, first_round=r, prefix=f"search-{w}",
-                        temperatures=(temp,), cold=False, **kw)
+                progress(f"search: {w}: round {r} for the undecided {', '.join(x.label for x in open_)}"
+                         + (f" on {len(fresh)} fresh reserve prompts" if fresh else ""))
+            more = _run(measure, engine, fresh or ps, drafters, open_, pol, runs=r, first_round=r,
+                        prefix=f"search-{w}", temperatures=(temp,), cold=False, **kw)
+            used_reserve += [p.id for p in fresh]
             rows = pd.concat([rows, more], ignore_index=True)
         parts.append(rows.assign(phase="choose"))
         summ_by[w] = summ
@@ -184,7 +197,8 @@ def search(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds: 
     return {"rows": all_rows, "check_rows": check_rows, "ranked": ranked, "arms": arms, "decisions": decisions,
             "checks": checks, "mix": mixed, "weights": weights, "steps": steps, "prediction": pred,
             "ladder_line": sr.ladder_line(steps, decisions), "choose": [p.id for p in choose],
-            "check": [p.id for p in check], "temperature": temp, "seconds": time.perf_counter() - t_start,
+            "check": [p.id for p in check], "reserve": used_reserve, "temperature": temp,
+            "seconds": time.perf_counter() - t_start,
             "pruned": pruned,
             "summaries": summ_by}
 
@@ -233,6 +247,21 @@ def prune(engine, prompt, drafters: dict, *, ks: list[int], V, H: float, max_tok
         if progress:
             progress(f"search: {name}: {out[name]}")
     return keep, out
+
+
+def _batches(prompts: list, rounds: int) -> list[list]:
+    """``prompts`` split into ``rounds`` consecutive, nearly equal batches (the first ones the
+    larger); none for no prompts or no rounds."""
+    if not prompts or rounds < 1:
+        return []
+    size, extra = divmod(len(prompts), rounds)
+    out, i = [], 0
+    for j in range(rounds):
+        n = size + (j < extra)
+        if n:
+            out.append(prompts[i:i + n])
+        i += n
+    return out
 
 
 def _run(measure, engine, prompts, drafters, arms: list[sr.Arm], policies: dict, *, runs: int, prefix: str,

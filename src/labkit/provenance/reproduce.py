@@ -279,7 +279,7 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
         only = only or [source.data.tags["lab.notebook"]]
     base = {"recipe": recipe or "default", **(params or {})}
     eff = effective_recipe(base)
-    require_prompts(eff.workloads, eff.prompts_per_workload, missing_ok=True)
+    require_prompts(eff.workloads, eff.prompts_per_workload, missing_ok=True, reserve=eff.reserve_prompts)
     nbs = discover(only, eff)
     routed = route_parameters(nbs, base)  # refuse bad input before anything runs or is recorded
     git_tags = committed.check(nbs, allow_dirty=allow_dirty)

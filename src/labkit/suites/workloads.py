@@ -126,7 +126,7 @@ def synthetic_prompts(n_vocab: int, *, n: int, seed: int = 0, length: int = SYNT
                    ids=tuple(int(t) for t in rng.integers(0, n_vocab, length))) for i in range(n)]
 
 
-def require_prompts(workloads: list[str], limit: int | None, *, missing_ok: bool = False) -> None:
+def require_prompts(workloads: list[str], limit: int | None, *, missing_ok: bool = False, reserve: int = 0) -> None:
     """Refuse a recipe that asks each workload for more prompts than its file holds (it
     would otherwise decide on fewer prompts than it says, silently). ``missing_ok``: a
     workload with no file is left to whoever loads it (a checkout root without data/, whose
@@ -137,11 +137,15 @@ def require_prompts(workloads: list[str], limit: int | None, *, missing_ok: bool
         if w == SYNTHETIC_IDS or (missing_ok and not workload_path(w).is_file()):
             continue
         n = len(load_workload(w))
-        if n < limit:
+        if n < limit + reserve:
+            asked = (f"prompts_per_workload + reserve_prompts = {limit} + {reserve}" if reserve
+                     else f"prompts_per_workload = {limit}")
+            fix = (f"lower reserve_prompts to {n - limit} or less" if reserve and n >= limit
+                   else f"lower prompts_per_workload + reserve_prompts to {n} or less (e.g. reserve_prompts: 0)"
+                   if reserve else f"lower prompts_per_workload to {n} or less")
             raise LabkitError(
-                f"prompts_per_workload = {limit}, but workload {w!r} holds {n} prompts ({workload_path(w)})",
-                f"lower prompts_per_workload to {n} or less, or add prompts to {workload_path(w).name} "
-                "(one JSON object per line)")
+                f"{asked}, but workload {w!r} holds {n} prompts ({workload_path(w)})",
+                f"{fix}, or add prompts to {workload_path(w).name} (one JSON object per line)")
 
 
 def prompts_for(engine, workloads: list[str], *, limit: int | None = None, seed: int = 0) -> list[Prompt]:
@@ -164,6 +168,16 @@ def prompts_for(engine, workloads: list[str], *, limit: int | None = None, seed:
 def prompt_ids(engine, prompt: Prompt) -> list[int]:
     """What the model is fed: the prompt's own ids (SYNTHETIC), else its text tokenized."""
     return list(prompt.ids) if prompt.ids is not None else engine.tokenize(prompt.text)
+
+
+def reserve_for(engine, workloads: list[str], *, after: int, n: int, seed: int = 0) -> list[Prompt]:
+    """The search's reserve: per workload, the ``n`` prompts after its first ``after`` (the next
+    ones in its file; for SYNTHETIC ids, the next ones of the same seeded stream), fixed before
+    anything is measured. Empty for ``n`` = 0."""
+    if n <= 0:
+        return []
+    first = {p.id for p in prompts_for(engine, workloads, limit=after, seed=seed)}
+    return [p for p in prompts_for(engine, workloads, limit=after + n, seed=seed) if p.id not in first]
 
 
 def all_workloads(*, limit: int | None = None) -> dict[str, list[Prompt]]:
