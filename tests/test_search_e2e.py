@@ -16,10 +16,11 @@ from labkit.report.queries import load_table
 
 pytestmark = pytest.mark.slow  # papermill end to end: one search
 
-# two workloads, two prompts each: one chooses, one checks; one round (a tiny search, not a decision)
+# two workloads, two prompts each: one chooses, one checks; a second round on one reserve prompt
+# (the third of each file) for what one prompt leaves undecided (a tiny search, not a decision)
 SEARCH = {"k": [0, 1, 2, 4], "workloads": ["edit", "code"], "prompts_per_workload": 2, "check_share": 0.5,
-          "runs": 1, "max_runs": 1, "max_tokens": 16, "drafters": ["ngram"], "temperatures": [0.0],
-          "policy_k_max": 4}
+          "runs": 1, "max_runs": 2, "reserve_prompts": 1, "max_tokens": 16, "drafters": ["ngram"],
+          "temperatures": [0.0], "policy_k_max": 4}
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,11 @@ def test_the_search_decides_per_workload_and_checks_on_held_out_prompts(run):
     swept = load_table(c, r, "sweep-runs")
     # the held-out prompts are measured in the check only, never in the choosing rounds
     assert set(checked["prompt"]).isdisjoint(set(swept["prompt"]))
+    # one choosing prompt decides nothing, so each workload's second round measured its reserve
+    # prompt (the file's third), fresh, instead of the same prompt again
+    assert set(swept[swept["run"] == 2]["prompt"]) == {"edit-03", "code-03"}
+    assert set(swept[swept["run"] == 1]["prompt"]).isdisjoint({"edit-03", "code-03"})
+    assert (table["prompts"] == 2).all()
     assert len(set(checked["prompt"])) == 2 and checked["lossless"].all()
     # k auto was a candidate in every workload (its rows in the policy table), the ladder's first rung recorded
     assert load_table(c, r, "policy-runs")["drafter"].eq("ngram+priced").any()

@@ -132,7 +132,8 @@ class Recipe:
     # more choosing prompts per workload, held in reserve (the next ones in each workload's file, fixed
     # before anything is measured): the rounds after the first measure a workload's still-undecided
     # candidates on fresh reserve prompts, not again on the same ones (more prompts narrow the spread
-    # over prompts, which repeating a prompt does not); 0: those rounds repeat the choosing prompts
+    # over prompts, which repeating a prompt does not); 0: those rounds repeat the choosing prompts.
+    # With max_runs == runs there is no later round and the reserve is neither read nor needed.
     reserve_prompts: int = 0
     traffic_mix: dict | None = None
     # per workload, the setting to deploy ("ngram k=5", "ngram k=auto", "off"), written by
@@ -243,10 +244,6 @@ class Recipe:
         if self.reserve_prompts < 0:
             bad(f"reserve_prompts = {self.reserve_prompts} is negative",
                 "set reserve_prompts to 0 (extra rounds repeat the choosing prompts) or more (fresh prompts for them)")
-        if self.reserve_prompts and (self.max_runs or self.runs) <= self.runs:
-            bad(f"reserve_prompts = {self.reserve_prompts}, but max_runs = {self.max_runs or self.runs} leaves no round after "
-                f"the first {self.runs} to measure them in",
-                f"raise max_runs above runs (e.g. max_runs: {self.runs + 1}) or set reserve_prompts: 0")
         mix_weights(self.traffic_mix, self.workloads, where=where)
         for w, v in (self.workload_settings or {}).items():
             if w not in self.workloads or not re.fullmatch(r"off|\S+ k=(auto|\d+)", str(v)):
