@@ -29,10 +29,10 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from pathlib import Path
+
+from labkit.errors import LabkitError
 
 TOUCHED = ("q8_0", "q4_0", "q5_0", "iq4_nl")  # tinyBLAS_Q0_AVX's types (the patch's header)
 # "  MUL_MAT(type_a=q8_0,...,n=3,...): OK"; a failure is prefixed "[MUL_MAT] ERR = 0.0043 > 0.0005   "
@@ -41,13 +41,14 @@ CASE = re.compile(r"^(?:\[MUL_MAT\] (?P<err>\w+ = [0-9.e+-]+ > [0-9.e+-]+))?\s*M
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # test-backend-ops colours OK and FAIL
 
 
-def _run(cmd: list[str], log: Path, *, cwd: Path | None = None) -> None:
-    with open(log, "a") as f:
-        f.write(f"$ {' '.join(cmd)}\n")
-        f.flush()
-        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd)
-    if r.returncode != 0:
-        sys.exit(f"error: {' '.join(cmd[:3])} ... failed (exit {r.returncode}); read {log}")
+def _blas_floor_1(vendored: Path) -> None:
+    """ggml-blas takes a matmul only from 32 columns; the reference must take every n."""
+    blas = vendored / "ggml" / "src" / "ggml-blas" / "ggml-blas.cpp"
+    text = blas.read_text()
+    if "const int64_t min_batch = 32;" not in text:
+        raise LabkitError(f"{blas} no longer has ggml-blas's `min_batch = 32`: this check's reference cannot "
+                          "take small batches", "update benchmarks/check_backend_ops.py to the new sources")
+    blas.write_text(text.replace("const int64_t min_batch = 32;", "const int64_t min_batch = 1;  // labkit check"))
 
 
 def tree(work: Path, *, patched: bool, log: Path) -> Path:
@@ -58,28 +59,14 @@ def tree(work: Path, *, patched: bool, log: Path) -> Path:
     # keyed by the patches' checksums: a changed patch gets a tree of its own, never a stale one
     tag = "-".join(p["sha256"][:8] for p in native.patches()) if patched else ""
     src = work / (f"patched-{tag}" if patched else "unpatched") / "src"
-    if (src / "CMakeLists.txt").is_file():
-        return src
-    sdist = native._sdist(cache_dir(), log, None)
-    src.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=src.parent) as tmp, tarfile.open(sdist) as tf:
-        tf.extractall(tmp, filter="data")
-        top = next(Path(tmp).glob("llama_cpp_python-*/"))
-        vendored = top / "vendor" / "llama.cpp"
-        (vendored / ".git").unlink(missing_ok=True)
-        if patched:
-            native.apply_patches(vendored, log)
-        blas = vendored / "ggml" / "src" / "ggml-blas" / "ggml-blas.cpp"
-        text = blas.read_text()
-        if "const int64_t min_batch = 32;" not in text:
-            sys.exit(f"error: {blas} no longer has ggml-blas's `min_batch = 32`: this check's reference cannot "
-                     "take small batches; update check_backend_ops.py to the new sources")
-        blas.write_text(text.replace("const int64_t min_batch = 32;", "const int64_t min_batch = 1;  // labkit check"))
-        shutil.move(str(vendored), src)
+    if not (src / "CMakeLists.txt").is_file():
+        native.extract_source(native._sdist(cache_dir(), log, None), src, log, patched=patched, edit=_blas_floor_1)
     return src
 
 
 def build(src: Path, ggml_flags: str, *, jobs: int, log: Path) -> Path:
+    from labkit.engines.native import _run
+
     b = src.parent / "build"
     exe = b / "bin" / "test-backend-ops"
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
@@ -153,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         print(f"{name}: building test-backend-ops with the CPU backend ({'labkit patches' if patched else 'no patches'}) "
               f"and OpenBLAS (log: {log})", file=sys.stderr, flush=True)
-        exe = build(tree(work, patched=patched, log=log), ggml_flags, jobs=a.jobs, log=log)
+        try:
+            exe = build(tree(work, patched=patched, log=log), ggml_flags, jobs=a.jobs, log=log)
+        except LabkitError as e:
+            sys.exit(f"error: {e.problem}\n  fix: {e.fix}")
         built = time.perf_counter() - t0
         r = subprocess.run([str(exe), "test", "-b", "BLAS", "-o", "MUL_MAT"], capture_output=True, text=True)
         (work / f"{name}.out").write_text(r.stdout + r.stderr)

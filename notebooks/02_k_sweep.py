@@ -45,6 +45,7 @@ gate = None  # threshold for the gate-on comparison at the global default k
 protocol = None  # "search" (rank, decide per workload, check), "stepwise" (the n_max ladder) or "full"; None: the recipe's
 search_candidates = None  # the best-ranked fixed settings measured per workload, beside k auto
 check_share = None  # the share of each workload's prompts held out to check the decision
+reserve_prompts = None  # fresh prompts per workload for the rounds after the first (0: repeat the same ones)
 traffic_mix = None  # workload -> share of the tokens, for the mix line (None: equal)
 policy_k_max = None  # the longest draft k auto may choose
 decision_margin = None  # the ±band that counts as no measurable difference (0.02: ±2%)

@@ -9,6 +9,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
+from labkit.engines import native
+from labkit.errors import LabkitError
+from labkit.paths import cache_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import check_backend_ops as cbo  # noqa: E402
@@ -40,3 +46,28 @@ def test_a_column_count_no_case_ran_fails_the_check():
                      or ",n=5," not in ln)
     good, missing = cbo.verdict(cbo.summarize(cbo.parse(text)), 0)
     assert not good and missing == {"iq4_nl": [5]}
+
+
+@pytest.mark.slow  # unpacks the pinned 77 MB sdist twice
+def test_the_check_trees_are_the_pinned_sources_with_and_without_the_patches(tmp_path):
+    """The same unpacking the engine's build uses (native.extract_source): the patched tree has
+    labkit's patch, the unpatched one not; both take BLAS from one column; a tree is kept."""
+    log = tmp_path / "check.log"
+    patched = cbo.tree(tmp_path, patched=True, log=log)
+    plain = cbo.tree(tmp_path, patched=False, log=log)
+    sgemm = "ggml/src/ggml-cpu/llamafile/sgemm.cpp"
+    assert "gemm4xAll" in (patched / sgemm).read_text() and "gemm4xAll" not in (plain / sgemm).read_text()
+    for t in (patched, plain):
+        assert "min_batch = 1;  // labkit check" in (t / "ggml/src/ggml-blas/ggml-blas.cpp").read_text()
+    assert cbo.tree(tmp_path, patched=True, log=log) == patched
+
+
+@pytest.mark.slow  # unpacks the pinned 77 MB sdist
+def test_a_tree_whose_edit_fails_is_not_left_half_made(tmp_path):
+    def moved(vendored: Path) -> None:
+        raise LabkitError("the sources moved", "update the edit")
+
+    sdist = native._sdist(cache_dir(), tmp_path / "log", None)
+    with pytest.raises(LabkitError, match="the sources moved"):
+        native.extract_source(sdist, tmp_path / "t" / "src", tmp_path / "log", edit=moved)
+    assert not (tmp_path / "t" / "src").exists() and list((tmp_path / "t").iterdir()) == []

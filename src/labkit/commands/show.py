@@ -44,7 +44,7 @@ def main(argv=None) -> int:
         output(args, lambda: section_lines(res), res)
         return 0
     res = show(args.id)
-    rows = table_lines(args.id, res)
+    rows = table_lines(res)
     if rows:  # the same figures in both forms: --json carries the preview the person reads
         res = {**res, "table_preview": rows}
 
@@ -56,14 +56,16 @@ def main(argv=None) -> int:
     return 0
 
 
-def table_lines(text: str, res: dict) -> list[str]:
+def table_lines(res: dict) -> list[str]:
     """For an ID that names a table: its rows (their own sentences where the table has them),
     so that ``show`` answers without a second command; the whole table is ``labkit export``."""
-    if (res.get("artifact") or {}).get("type") != "table":
+    spec = res.get("artifact") or {}
+    if spec.get("type") != "table":
         return []
-    from labkit.provenance import tracking
-    from labkit.report import export
+    from labkit.provenance import frames, tracking
     from labkit.report.tableformat import preview_lines
 
-    table = export.resolve(tracking.client(), text)
-    return [f"{len(table['data'])} rows:", *(f"  {ln}" for ln in preview_lines(table["data"]))]
+    # the run and table show() already found: read its rows, not resolve the ID a second time
+    data = frames.frame_from_json(tracking.read_artifact(tracking.client(), res["run_id"],
+                                                         f"tables/{spec['name']}/data.json"))
+    return [f"{len(data)} rows:", *(f"  {ln}" for ln in preview_lines(data))]

@@ -314,6 +314,27 @@ def _run(cmd: list[str], log: Path, *, cwd: Path | None = None, watch: Callable[
                           "(Debian: apt-get install -y cmake g++)")
 
 
+def extract_source(tar: Path, dest: Path, log: Path, *, patched: bool = True,
+                   edit: Callable[[Path], None] | None = None) -> tuple[str, list[dict]]:
+    """The sdist's vendored llama.cpp unpacked into ``dest`` (which must not exist), with
+    labkit's patches unless ``patched`` is False and then ``edit`` (a caller's own change to
+    the tree, e.g. benchmarks/check_backend_ops.py's BLAS reference) applied before it is moved
+    into place, so a half-made tree is never left at ``dest``. Returns (commit, patches applied)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp, tarfile.open(tar) as tf:
+        tf.extractall(tmp, filter="data")
+        top = next(Path(tmp).glob("llama_cpp_python-*/"))
+        head = top / ".git" / "modules" / "vendor" / "llama.cpp" / "HEAD"
+        commit = head.read_text().strip() if head.is_file() else "unknown"
+        vendored = top / "vendor" / "llama.cpp"
+        (vendored / ".git").unlink(missing_ok=True)  # a submodule link to nowhere
+        applied = apply_patches(vendored, log) if patched else []
+        if edit:
+            edit(vendored)
+        os.replace(vendored, dest)
+    return commit, applied
+
+
 def _sdist(cache: Path, log: Path, progress: Progress) -> Path:
     """The llama-cpp-python sdist (downloaded once into ``cache/sdist``)."""
     d = cache / "sdist"
@@ -434,17 +455,10 @@ def build(*, force: bool = False, jobs: int | None = None, progress: Progress = 
     t0 = t = time.perf_counter()
     src = d / "src"
     if not (src / "CMakeLists.txt").is_file():
-        tar = sdist or _sdist(cache_dir(), log, progress)
         shutil.rmtree(src, ignore_errors=True)
-        with tempfile.TemporaryDirectory(dir=d) as tmp, tarfile.open(tar) as tf:
-            tf.extractall(tmp, filter="data")
-            top = next(Path(tmp).glob("llama_cpp_python-*/"))
-            head = top / ".git" / "modules" / "vendor" / "llama.cpp" / "HEAD"
-            (d / "commit").write_text(head.read_text().strip() if head.is_file() else "unknown")
-            (top / "vendor" / "llama.cpp" / ".git").unlink(missing_ok=True)  # a submodule link to nowhere
-            applied = apply_patches(top / "vendor" / "llama.cpp", log)
-            (d / "patches.json").write_text(json.dumps(applied, indent=2))
-            os.replace(top / "vendor" / "llama.cpp", src)
+        commit, applied = extract_source(sdist or _sdist(cache_dir(), log, progress), src, log)
+        (d / "commit").write_text(commit)
+        (d / "patches.json").write_text(json.dumps(applied, indent=2))
     commit = (d / "commit").read_text().strip() if (d / "commit").is_file() else "unknown"
     applied = json.loads((d / "patches.json").read_text()) if (d / "patches.json").is_file() else []
     stages["source_s"] = round(time.perf_counter() - t, 1)
