@@ -55,6 +55,21 @@ def test_expected_step_matches_hand_arithmetic():
     assert e2["tokens"] == pytest.approx(1.5) and e2["V_ms"] == pytest.approx(0.5 * 10 + 0.5 * 20)
 
 
+def test_acceptance_profile_pools_runs_whose_position_arrays_differ_in_length():
+    """A search's first round measures k = 4 beside k auto (<= 8): its runs record 8 positions;
+    its second round measures k = 4 alone: 4 positions. Both pool into one k = 4 profile."""
+    def run(acc, tested, reach, steps):
+        return {"drafter": "ngram", "workload": "prose_en", "temperature": 0.0, "k": 4, "cold": False,
+                "acc_pos": acc, "tested_pos": tested, "drafts_reaching_pos": reach, "steps": steps}
+
+    rows = pd.DataFrame([run([6, 4, 2, 1, 0, 0, 0, 0], [10, 6, 4, 2, 0, 0, 0, 0], [10, 8, 6, 4, 0, 0, 0, 0], 20),
+                         run([4, 2, 1, 1], [10, 4, 2, 1], [10, 10, 8, 6], 20)])
+    prof = costmodel.acceptance_profile(rows)[("ngram", "prose_en", 0.0)]
+    assert prof["k_max"] == 4
+    assert prof["alpha"] == pytest.approx([10 / 20, 6 / 10, 3 / 6, 2 / 3])
+    assert prof["p_len_ge"] == pytest.approx([20 / 40, 18 / 40, 14 / 40, 10 / 40])
+
+
 def test_diagnosis_names_each_of_the_chapters_ways_to_lose():
     vm = costmodel.VerifyModel(H=10.0, fit=costmodel.LinearFit(a=10.0, b=5.0, a_ci=(0, 0), b_ci=(0, 0), r2=1, n=1))
 
