@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labkit.analysis import costmodel
+from labkit.analysis import costmodel, sweep_tables
 
 
 def frame(fn, ms=range(1, 9), reps=6, noise=0.0, seed=0):
@@ -68,6 +68,10 @@ def test_acceptance_profile_pools_runs_whose_position_arrays_differ_in_length():
     assert prof["k_max"] == 4
     assert prof["alpha"] == pytest.approx([10 / 20, 6 / 10, 3 / 6, 2 / 3])
     assert prof["p_len_ge"] == pytest.approx([20 / 40, 18 / 40, 14 / 40, 10 / 40])
+    # 03's table pools the same runs position by position
+    pos = sweep_tables.position_table(rows)
+    assert pos["position"].tolist() == [0, 1, 2, 3] and pos["accepted"].tolist() == [10, 6, 3, 2]
+    assert pos["tested"].tolist() == [20, 10, 6, 3] and pos["drafts"].tolist() == [20, 18, 14, 10]
 
 
 def test_diagnosis_names_each_of_the_chapters_ways_to_lose():

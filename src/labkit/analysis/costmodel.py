@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from labkit.analysis.stats import pos_sum
+
 
 def verify_frame(res: dict) -> pd.DataFrame:
     """Long table of every verify sample: columns m, ms (from ``bench_verify``'s result)."""
@@ -150,18 +152,6 @@ def step_overhead(rows: pd.DataFrame) -> tuple[float, float]:
     return _ols(m_mean - 1, warm["accept_ms"] / warm["steps"])
 
 
-def _pos_sum(per_run: pd.Series, k: int) -> np.ndarray:
-    """Per-position counts summed over runs, positions 0..k-1. A run's arrays are as long as
-    the longest draft of the arms measured with it (a search round with k auto <= 8 beside
-    k = 4 records 8 positions; a later round of k = 4 alone, 4), so they are cut or padded
-    to k: past k a fixed-k run has nothing."""
-    out = np.zeros(k, dtype=float)
-    for a in per_run:
-        a = np.asarray(a if a is not None else [], dtype=float)[:k]
-        out[: len(a)] += a
-    return out
-
-
 def acceptance_profile(rows: pd.DataFrame) -> dict:
     """Per (drafter, workload, temperature), from the runs at the largest k: the conditional
     acceptance alpha_i of draft position i, and P(draft length >= i+1) per step."""
@@ -170,7 +160,7 @@ def acceptance_profile(rows: pd.DataFrame) -> dict:
     for key, g in warm.groupby(["drafter", "workload", "temperature"]):
         top = g[g["k"] == g["k"].max()]
         kmax = int(top["k"].iloc[0])
-        acc, tested, reach = (_pos_sum(top[c], kmax) for c in ("acc_pos", "tested_pos", "drafts_reaching_pos"))
+        acc, tested, reach = (pos_sum(top[c], kmax) for c in ("acc_pos", "tested_pos", "drafts_reaching_pos"))
         steps = top["steps"].sum()
         alpha = np.where(tested[:kmax] > 0, acc[:kmax] / np.maximum(tested[:kmax], 1), 0.0)
         out[key] = {"alpha": alpha.tolist(), "p_len_ge": (reach[:kmax] / steps).tolist(), "k_max": kmax}

@@ -17,7 +17,7 @@ Denominators, stated once:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -158,3 +158,15 @@ def spread(values: Sequence[float]) -> dict:
         "n": len(v),
         "values": [float(x) for x in v],
     }
+
+
+def pos_sum(per_run: Iterable, k: int) -> np.ndarray:
+    """Per-position counts summed over runs, positions 0..k-1. A run's arrays are as long as
+    the longest draft of the arms measured with it (a search round with k auto <= 8 beside
+    k = 4 records 8 positions; a later round of k = 4 alone, 4), so they are cut or padded
+    to k: past k a fixed-k run has nothing."""
+    out = np.zeros(k, dtype=float)
+    for a in per_run:
+        a = np.asarray(a if a is not None else [], dtype=float)[:k]
+        out[: len(a)] += a
+    return out

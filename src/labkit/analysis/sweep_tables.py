@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.analysis import decide
+from labkit.analysis.stats import pos_sum
 
 
 def cell_table(df: pd.DataFrame, *, margin: float = decide.DEFAULT_MARGIN,
@@ -153,9 +154,7 @@ def position_table(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     warm = rows[(~rows["cold"]) & (rows["k"] > 0)]
     for (d, wl, k, temp), g in warm.groupby(["drafter", "workload", "k", "temperature"]):
-        acc = np.sum(np.stack(g["acc_pos"].to_numpy()), axis=0)
-        tested = np.sum(np.stack(g["tested_pos"].to_numpy()), axis=0)
-        reach = np.sum(np.stack(g["drafts_reaching_pos"].to_numpy()), axis=0)
+        acc, tested, reach = (pos_sum(g[c], int(k)) for c in ("acc_pos", "tested_pos", "drafts_reaching_pos"))
         for i in range(int(k)):
             out.append({"drafter": d, "workload": wl, "k": int(k), "temperature": temp, "position": i,
                         "accepted": int(acc[i]), "tested": int(tested[i]), "drafts": int(reach[i]),
