@@ -148,15 +148,16 @@ def test_finds_one_candidate_at_plus_15_percent():
 def test_fresh_reserve_prompts_decide_plus_10_percent_where_repeats_do_not():
     """One candidate truly 10% faster on a box with the family 26 box's spread: the second round
     on 14 fresh reserve prompts turns it on about 3x as often as the same round repeating the 8
-    choosing prompts (110 and 38 of 200 when written; 113 with 18 reserve prompts); repeating a
-    prompt leaves the spread over prompts, most of the interval, as it was."""
+    choosing prompts (135 and 38 of 200 when written; 110 when the reserve was denied to an arm
+    whose interval, projected at its estimate, would not clear the line); repeating a prompt
+    leaves the spread over prompts, most of the interval, as it was."""
     fresh = repeat = 0
     for i in range(200):
         for n_reserve in (14, 0):
             d = run_search(Box({("ngram", 5): 1.10}, seed=7000 + i, n_reserve=n_reserve, **REAL))["decisions"][0]
             hit = d["final"] == sr.ON and (d["drafter"], d["k"]) == ("ngram", 5)
             fresh, repeat = fresh + (hit and n_reserve > 0), repeat + (hit and n_reserve == 0)
-    assert fresh >= 100 and fresh >= 2 * repeat, f"fresh prompts {fresh}/200, repeats {repeat}/200"
+    assert fresh >= 120 and fresh >= 3 * repeat, f"fresh prompts {fresh}/200, repeats {repeat}/200"
 
 
 @pytest.mark.slow  # 100 whole searches
@@ -197,12 +198,13 @@ def test_sequential_rounds_are_spent_only_where_undecided():
     assert all(int(m["rows"]["run"].max()) == 1 for m in futile)
     assert any("futile: even 2 rounds" in str(s.get("budget")) for m in futile for s in m["summaries"]["edit"])
     # fresh prompts do narrow that spread, so the same box gets its reserve round where it could
-    # still decide; where even 14 more prompts could not (the estimate at plain), none is spent
+    # still decide; where the estimate itself shows no gain (near plain), none is spent
     spent = [run_search(Box({("ngram", 5): 1.02}, seed=20 + i, **spread), policy=False) for i in range(5)]
     assert any(m["reserve"] for m in spent)
-    flat = [run_search(Box({}, seed=40 + i, **spread), policy=False) for i in range(5)]
+    slower = {(d, k): 0.9 for d in DRAFTERS for k in KS}
+    flat = [run_search(Box(slower, seed=40 + i, **spread), policy=False) for i in range(5)]
     said = [str(s.get("budget")) for m in flat for s in m["summaries"]["edit"]]
-    assert any("futile: even 14 more prompts" in x for x in said), said
+    assert any("futile: its estimate" in x and "14 more prompts would not make it win" in x for x in said), said
     assert all(not m["reserve"] for m, x in zip(flat, said, strict=True) if x.startswith("futile"))
 
 
