@@ -96,6 +96,8 @@ def test_probe_measures_this_host_and_predicts_its_own_calibration_model(probed,
     assert p["host"]["row_ns_per_param"] > 0 and p["host"]["matvec_ns_per_param"] >= 0
     assert p["threads"] == 2 and set(p["host"]["bandwidth_by_threads"]) == {"1", "2"}  # what plans at 1 thread read
     assert all(v > 0.5 for v in p["host"]["bandwidth_by_threads"].values())
+    assert p["host"]["bandwidth_gbs"] >= p["host"]["bandwidth"]["median"]  # the stream, or the step's faster read
+    assert p["host"]["bandwidth_by_threads"]["2"] == p["host"]["bandwidth_gbs"]
     prof = read_profile(embedded.path)
     by_m = {r["m"]: r["median"] for r in p["calibration"]["verify"]}
     errs = [plan.verify_ms(prof, p, plan.Placement(), m) / by_m[m] - 1 for m in by_m]
@@ -167,6 +169,28 @@ def test_the_head_is_its_own_op_class_and_each_measured_m_is_priced_as_measured(
     act = machine.active_params(prof)["params"]
     assert two == pytest.approx(plan.verify_ms(prof, prof_m, plan.Placement(), 1)
                                 + act * cal["rows_ns_per_param_by_m"]["2"] * 1e-6)
+
+
+def test_a_step_faster_than_the_streaming_read_sets_the_bandwidth_and_m1_stays_h(embedded):
+    """Constructed curves (labelled numbers): a streaming read that under-read (a busy
+    neighbour) would price the one-row step above the H it measured; the step's own read rate
+    is then the bandwidth, recorded with where it came from, and m = 1 is H again."""
+    prof = read_profile(embedded.path)
+    H, over = 8.0, 0.5
+    act = machine.active_params(prof)
+    slow_bw = act["bytes"] / (9.0 * 1e6)  # reading the model would take 9 ms > H - overhead
+    body = lambda m: H + 1.0 * (m - 1)  # noqa: E731
+    extra = lambda m: 0.5 * (m - 1)  # noqa: E731
+    cal = machine.calibrate(_bench(H, body, extra), prof, bandwidth_gbs=slow_bw, overhead_ms=over)
+    assert cal["stream_bandwidth_gbs"] == slow_bw and cal["bandwidth_gbs"] == pytest.approx(act["bytes"] / 7.5e6)
+    assert "plain step" in cal["bandwidth_from"] and cal["matvec_ns_per_param"] == 0.0
+    prof_m = {"overhead_ms": over, "host": {"bandwidth_gbs": cal["bandwidth_gbs"], **{
+        k: cal[k] for k in machine.COMPUTE_RATES + machine.HEAD_RATES + machine.RATE_TABLES}}}
+    for m in range(1, 9):
+        assert plan.verify_ms(prof, prof_m, plan.Placement(), m) == pytest.approx(body(m) + (m > 1) * extra(m))
+    # a streaming read the step does not beat is the bandwidth, as before
+    fast = machine.calibrate(_bench(H, body, extra), prof, bandwidth_gbs=4 * slow_bw, overhead_ms=over)
+    assert fast["bandwidth_gbs"] == 4 * slow_bw and fast["bandwidth_from"] == "streaming read"
 
 
 def test_a_plan_at_fewer_threads_reads_that_counts_bandwidth_and_scales_compute():

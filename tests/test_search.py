@@ -6,8 +6,8 @@ exp(base_p + effect + prompt effect + round noise); the replay's prediction of a
 (drafter, k) on a prompt is its true effect plus the same prompt effect (the replay is
 exact about acceptance, so it sees what suits a prompt) plus the cost model's own error.
 That is the hard case for a search: a candidate whose choosing prompts happen to suit it is
-ranked up *and* measured up. The design is the default recipe's: 16 prompts per workload (8
-choose, 8 check), one round, a second for the undecided on 14 fresh reserve prompts. The
+ranked up *and* measured up. The design is the default recipe's: 20 prompts per workload (8
+choose, 12 check), one round, a second for the undecided on 10 fresh reserve prompts. The
 error rate is checked on a noisy box (sd 10% per round and per prompt); the power on a quiet
 one (2-3%) and, for ±10%, on one with the spread of the family 26 box's 02 runs (REAL: A/A
 sd ~4.5%, per-prompt sd of a candidate's ratio ~11%): docs/reproduce.md says what the default
@@ -35,7 +35,7 @@ POLICY = "ngram+priced"
 class Box:
     """A simulated workload: true effects per arm, prompt effects, round noise, seeded."""
 
-    def __init__(self, effects: dict, *, n_prompts=16, n_reserve=14, sd_round=0.1, sd_prompt=0.1, sd_shared=0.05,
+    def __init__(self, effects: dict, *, n_prompts=20, n_reserve=10, sd_round=0.1, sd_prompt=0.1, sd_shared=0.05,
                  sd_pred=0.05, seed=0, workloads=("edit",)):
         self.rng = np.random.default_rng(seed)
         self.effects, self.sd_round, self.sd_pred = effects, sd_round, sd_pred
@@ -100,7 +100,7 @@ def th(runs=1, max_runs=2) -> ladder.Thresholds:
 
 
 def run_search(box: Box, *, runs=1, max_runs=2, policy=True, **kw) -> dict:
-    kw.setdefault("check_share", 0.5)
+    kw.setdefault("check_share", 0.6)
     choose, _ = sr.split(box.prompts, check_share=kw["check_share"], seed=kw.get("seed", 0))
     pol = {POLICY: ("ngram", None, 8)} if policy else {}
     return ms.search(None, box.prompts, drafters=dict.fromkeys(DRAFTERS), ks=[0, *KS], thresholds=th(runs, max_runs),
@@ -147,17 +147,28 @@ def test_finds_one_candidate_at_plus_15_percent():
 @pytest.mark.slow  # 400 whole searches
 def test_fresh_reserve_prompts_decide_plus_10_percent_where_repeats_do_not():
     """One candidate truly 10% faster on a box with the family 26 box's spread: the second round
-    on 14 fresh reserve prompts turns it on about 3x as often as the same round repeating the 8
-    choosing prompts (135 and 38 of 200 when written; 110 when the reserve was denied to an arm
-    whose interval, projected at its estimate, would not clear the line); repeating a prompt
-    leaves the spread over prompts, most of the interval, as it was."""
+    on 10 fresh reserve prompts turns it on about 3x as often as the same round repeating the 8
+    choosing prompts (116 and 34 of 200 when written; 135 with 14 reserve prompts and 8 held out,
+    110 when the reserve was denied to an arm whose interval, projected at its estimate, would
+    not clear the line); repeating a prompt leaves the spread over prompts, most of the interval,
+    as it was."""
     fresh = repeat = 0
     for i in range(200):
-        for n_reserve in (14, 0):
+        for n_reserve in (10, 0):
             d = run_search(Box({("ngram", 5): 1.10}, seed=7000 + i, n_reserve=n_reserve, **REAL))["decisions"][0]
             hit = d["final"] == sr.ON and (d["drafter"], d["k"]) == ("ngram", 5)
             fresh, repeat = fresh + (hit and n_reserve > 0), repeat + (hit and n_reserve == 0)
-    assert fresh >= 120 and fresh >= 3 * repeat, f"fresh prompts {fresh}/200, repeats {repeat}/200"
+    assert fresh >= 100 and fresh >= 3 * repeat, f"fresh prompts {fresh}/200, repeats {repeat}/200"
+
+
+def _inside(effect: float, reps: int, seed: int, **kw) -> tuple[int, int]:
+    inside = checked = 0
+    box = kw.pop("box", {})
+    for i in range(reps):
+        res = run_search(Box({("ngram", 5): effect}, seed=seed + i, **REAL, **box), **kw)
+        c = [c for c in res["checks"] if c.get("realised") is not None]
+        inside, checked = inside + sum(bool(x.get("inside")) for x in c), checked + len(c)
+    return inside, checked
 
 
 @pytest.mark.slow  # 100 whole searches
@@ -167,11 +178,22 @@ def test_a_right_decisions_held_out_ratio_lands_inside_its_interval():
     held-out prompts lies inside the decision's interval in at least 88 of 100 replications (95
     when written). With 4 held-out prompts (12 per workload, check_share 0.34, 18 in reserve)
     it was 85: a 4-prompt mean is too noisy to judge an interval made from 26 prompts."""
-    inside = 0
-    for i in range(100):
-        res = run_search(Box({("ngram", 5): 1.20}, seed=9000 + i, **REAL))
-        inside += sum(bool(c.get("inside")) for c in res["checks"] if c.get("realised") is not None)
-    assert inside >= 88, f"inside in {inside}/100"
+    inside, checked = _inside(1.20, 100, 9000)
+    assert inside >= 88, f"inside in {inside}/{checked}"
+
+
+@pytest.mark.slow  # 200 whole searches
+def test_near_the_line_12_held_out_prompts_land_inside_where_8_did_not():
+    """Effects near the line (+10%, +15%: a workload the reserve round decides, on 18 prompts,
+    so its interval is narrow) at the family 26 box's spread: with the default's 12 held-out
+    prompts the realised ratio lies inside the decision's interval in at least 87% of the
+    checks (182 of 200 when written); with 8 held out (16 per workload, check_share 0.5, 14 in
+    reserve: the default until 2026-12-06) it was 167 of 200, about what three back-to-back
+    runs on the family 26 box read (16 of 20 workloads inside)."""
+    a = _inside(1.10, 100, 11000)
+    b = _inside(1.15, 100, 11000)
+    inside, checked = a[0] + b[0], a[1] + b[1]
+    assert checked == 200 and inside >= 175, f"inside in {inside}/{checked}"
 
 
 def test_sequential_rounds_are_spent_only_where_undecided():
@@ -184,8 +206,8 @@ def test_sequential_rounds_are_spent_only_where_undecided():
     second = run_search(box)
     later = second["rows"][second["rows"]["run"] > 1]
     assert len(later) and set(later["prompt"]) == set(second["reserve"]) == {p.id for p in box.reserve}
-    assert set(second["reserve"]).isdisjoint(second["check"]) and second["decisions"][0]["prompts"] == 8 + 14
-    assert "measured again on 14 fresh reserve prompts" in sr.text(second)
+    assert set(second["reserve"]).isdisjoint(second["check"]) and second["decisions"][0]["prompts"] == 8 + 10
+    assert "measured again on 10 fresh reserve prompts" in sr.text(second)
     # undecided, and mostly round noise: a second round can decide it, so it is measured
     noisy = {"sd_round": 0.08, "sd_prompt": 0.005, "sd_shared": 0.005}
     marginal = [run_search(Box({("ngram", 5): 1.12}, seed=10 + i, **noisy), policy=False, max_runs=4) for i in range(5)]
@@ -204,7 +226,7 @@ def test_sequential_rounds_are_spent_only_where_undecided():
     slower = {(d, k): 0.9 for d in DRAFTERS for k in KS}
     flat = [run_search(Box(slower, seed=40 + i, **spread), policy=False) for i in range(5)]
     said = [str(s.get("budget")) for m in flat for s in m["summaries"]["edit"]]
-    assert any("futile: its estimate" in x and "14 more prompts would not make it win" in x for x in said), said
+    assert any("futile: its estimate" in x and "10 more prompts would not make it win" in x for x in said), said
     assert all(not m["reserve"] for m, x in zip(flat, said, strict=True) if x.startswith("futile"))
 
 
@@ -220,7 +242,7 @@ def test_ranking_measures_the_predicted_best_and_auto():
 def test_check_runs_on_held_out_prompts_only():
     box = Box({("ngram", 5): 1.4}, seed=6, **QUIET)
     res = run_search(box)
-    assert set(res["choose"]).isdisjoint(res["check"]) and len(res["check"]) == 8
+    assert set(res["choose"]).isdisjoint(res["check"]) and len(res["check"]) == 12
     assert set(res["check_rows"]["prompt"]) == set(res["check"])
     assert set(res["rows"]["prompt"]) <= set(res["choose"]) | set(res["reserve"])
     assert set(res["reserve"]).isdisjoint(res["check"])

@@ -104,9 +104,9 @@ def test_a_recipe_asking_more_prompts_than_a_file_holds_records_nothing(store):
     with pytest.raises(LabkitError, match=f"prompts_per_workload = {n + 1}, but workload 'edit' holds {n}"):
         rp.reproduce(only=["02"], params={"prompts_per_workload": n + 1, "reserve_prompts": 0},
                      out_dir=str(store / "out"))
-    # the search's reserve counts too: the default's 16 prompts and n reserve ones do not fit
-    with pytest.raises(LabkitError, match=rf"prompts_per_workload \+ reserve_prompts = 16 \+ {n}, but workload "
-                                          rf"'edit' holds {n}(.|\n)*lower reserve_prompts to {n - 16} or less"):
+    # the search's reserve counts too: the default's 20 prompts and n reserve ones do not fit
+    with pytest.raises(LabkitError, match=rf"prompts_per_workload \+ reserve_prompts = 20 \+ {n}, but workload "
+                                          rf"'edit' holds {n}(.|\n)*lower reserve_prompts to {n - 20} or less"):
         rp.reproduce(only=["02"], params={"reserve_prompts": n}, out_dir=str(store / "out"))
     assert not (store / "out").exists() and not (store / "mlflow.db").exists()
 

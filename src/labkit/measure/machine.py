@@ -126,6 +126,16 @@ def calibrate(res: dict, prof, *, bandwidth_gbs: float, overhead_ms: float) -> d
     vm = fit_verify_model(verify_frame(res))
     act = active_params(prof)
     read_ms = act["bytes"] / (bandwidth_gbs * 1e6)
+    # A plain step that read its bytes faster than the streaming probe says the box can proves
+    # the box reads at least that fast: the probe under-read (a neighbour busy while it ran, a
+    # slow moment). The decode's own rate is then the bandwidth, so that the one-row step is H
+    # by construction; the streaming read is kept beside it (``bandwidth_from``).
+    read_gbs, bandwidth_from = bandwidth_gbs, "streaming read"
+    if 0.0 < vm.H - overhead_ms < read_ms:
+        read_ms = vm.H - overhead_ms
+        read_gbs, bandwidth_from = act["bytes"] / (read_ms * 1e6), (
+            f"the calibration model's plain step (it read its "
+            f"{act['bytes'] / 1e6:.0f} MB faster than the streaming read's {bandwidth_gbs:.1f} GB/s)")
     first = max(0.0, vm.H - overhead_ms - read_ms)
     head = head_params(prof) if res.get("body") else 0.0
     body_fit = _line(res["body"]) if head else vm.fit
@@ -138,7 +148,8 @@ def calibrate(res: dict, prof, *, bandwidth_gbs: float, overhead_ms: float) -> d
            "batch_ns_per_param": batch / n * 1e6, "odd_ns_per_param": (body_fit.parity or 0.0) / n * 1e6,
            **dict.fromkeys(HEAD_RATES + RATE_TABLES), "H_ms": vm.H,
            "rows_ns_per_param_by_m": {str(r["m"]): (r["median"] - vm.H) / n * 1e6 for r in body if r["m"] >= 2},
-           "fit": _fit_dict(vm.fit), "read_ms": read_ms, "active_bytes": act["bytes"], "active_params": act["params"], "head_params": head}
+           "fit": _fit_dict(vm.fit), "read_ms": read_ms, "bandwidth_gbs": read_gbs, "bandwidth_from": bandwidth_from,
+           "stream_bandwidth_gbs": bandwidth_gbs, "active_bytes": act["bytes"], "active_params": act["params"], "head_params": head}
     if head:  # the head's extra over its one row: a + b*m on m >= 2 is (m - 1)*b + (a + b)
         out.update({"head_row_ns_per_param": extra.b / head * 1e6,
                     "head_batch_ns_per_param": (extra.a + extra.b) / head * 1e6,
@@ -186,8 +197,8 @@ def probe(*, host: dict, build: dict, threads: int | None = None, rounds: int = 
         "version": PROFILE_VERSION, "kind": "measured", "key": cache_key(host, build),
         "host_fingerprint": host, "build": {k: build.get(k) for k in ("llama_cpp_python", "cmake_args", "system_info", "patches")},
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "threads": n_threads,
-        "host": {"bandwidth_gbs": bw["median"], "bandwidth": bw,
-                 "bandwidth_by_threads": {str(t): v for t, v in sorted(by_threads.items())},
+        "host": {"bandwidth_gbs": cal["bandwidth_gbs"], "bandwidth_from": cal["bandwidth_from"], "bandwidth": bw,
+                 "bandwidth_by_threads": {str(t): v for t, v in sorted({**by_threads, n_threads: cal["bandwidth_gbs"]}.items())},
                  **{k: cal[k] for k in COMPUTE_RATES + HEAD_RATES + RATE_TABLES}},
         "device": None, "device_note": dev["note"], "overhead_ms": overhead,
         "overhead": {"model": f"{TINY} (SYNTHETIC, {TINY_CONFIG['n_layer']} layers, n_embd {TINY_CONFIG['n_embd']})",
