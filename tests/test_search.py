@@ -117,8 +117,9 @@ def said_wins(res: dict, *, final: bool) -> bool:
 def test_no_false_wins_when_every_candidate_equals_plain():
     """Every candidate equal to plain (true ratio 1, with prompt effects the replay sees too):
     the search (ranking, selection, sequential rounds, held-out check) turns speculation on
-    in at most 5% of 200 replications (4 when written; 2 before the reserve round). The choosing
-    rounds alone say "wins" more often (5 of 200 when written, 7 with 4 check prompts, 4 with repeated rounds, 9 with
+    in at most 5% of 200 replications (2 when written, with 12 held-out prompts and 10 in
+    reserve; 4 with 8 and 14; 2 before the reserve round). The choosing rounds alone say
+    "wins" more often (5 of 200 when written, 7 with 4 check prompts, 4 with repeated rounds, 9 with
     the earlier 5 choosing prompts: a candidate whose choosing prompts suit it is ranked up and
     measured up, which Bonferroni over the measured candidates does not cover); the check on
     fresh prompts is
