@@ -27,7 +27,7 @@ power_workload = None
 power_k = None  # None: the best k for the workload from the newest 02_k_sweep of this recipe
 runs = 2  # rounds of the power runs (the recipe's runs is the search's first look: 1)
 max_tokens = None
-prompts_per_workload = 2  # the power runs measure one workload: 2 prompts keep 05 at its time (02 needs 10 to choose and check)
+prompts_per_workload = 2  # the power runs measure one workload: 2 prompts keep 05 at its time (02 needs 20 to choose and check, 10 more in reserve)
 sweep = None  # LAB ID of the 02_k_sweep run the best k comes from; None: the newest matching this recipe
 
 # %%
