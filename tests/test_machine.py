@@ -190,7 +190,7 @@ def test_a_step_faster_than_the_streaming_read_sets_the_bandwidth_and_m1_stays_h
         assert plan.verify_ms(prof, prof_m, plan.Placement(), m) == pytest.approx(body(m) + (m > 1) * extra(m))
     # a streaming read the step does not beat is the bandwidth, as before
     fast = machine.calibrate(_bench(H, body, extra), prof, bandwidth_gbs=4 * slow_bw, overhead_ms=over)
-    assert fast["bandwidth_gbs"] == 4 * slow_bw and fast["bandwidth_from"] == "streaming read"
+    assert fast["bandwidth_gbs"] == 4 * slow_bw and fast["bandwidth_from"] == machine.STREAM_READ
 
 
 def test_a_plan_at_fewer_threads_reads_that_counts_bandwidth_and_scales_compute():

@@ -84,8 +84,8 @@ def main(argv=None) -> int:
     output(args, [
         f"host bandwidth {prof['host']['bandwidth_gbs']:.1f} GB/s ({prof['host']['bandwidth']['min']:.1f}–"
         f"{prof['host']['bandwidth']['max']:.1f}, {prof['host']['bandwidth']['threads']} threads"
-        + (f"; from {prof['host']['bandwidth_from']}" if prof["host"].get("bandwidth_from", "streaming read")
-           != "streaming read" else "") + "); "
+        + ("" if prof["host"].get("bandwidth_from", machine.STREAM_READ) == machine.STREAM_READ
+           else f"; from {prof['host']['bandwidth_from']}") + "); "
         f"device: {prof['device_note']}",
         f"fixed per-step overhead {prof['overhead_ms']:.2f} ms; {cal['model']}: H {cal['H_ms']:.1f} ms, "
         f"+{cal['fit']['b']:.2f} ms per row (fit r² {cal['fit']['r2']:.2f})",

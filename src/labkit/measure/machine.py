@@ -36,6 +36,7 @@ from labkit.measure.verify_cost import Progress
 from labkit.paths import cache_dir
 
 PROFILE_VERSION = 2  # 2: the head's rates (HEAD_RATES) beside the body's
+STREAM_READ = "streaming read"  # ``host.bandwidth_from`` where the streaming probe is the bandwidth
 TINY = "plan-tiny"  # SYNTHETIC: the overhead probe's model
 TINY_CONFIG = {"arch": "llama", "n_vocab": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_head_kv": 2,
                "n_ff": 128, **{k: v for k, v in synthetic._COMMON.items()}}
@@ -130,7 +131,7 @@ def calibrate(res: dict, prof, *, bandwidth_gbs: float, overhead_ms: float) -> d
     # the box reads at least that fast: the probe under-read (a neighbour busy while it ran, a
     # slow moment). The decode's own rate is then the bandwidth, so that the one-row step is H
     # by construction; the streaming read is kept beside it (``bandwidth_from``).
-    read_gbs, bandwidth_from = bandwidth_gbs, "streaming read"
+    read_gbs, bandwidth_from = bandwidth_gbs, STREAM_READ
     if 0.0 < vm.H - overhead_ms < read_ms:
         read_ms = vm.H - overhead_ms
         read_gbs, bandwidth_from = act["bytes"] / (read_ms * 1e6), (
