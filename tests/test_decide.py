@@ -120,6 +120,32 @@ def test_paired_joins_each_arm_row_to_its_own_plain_row():
     assert sorted(p["ratio"].round(6)) == [1.1, 1.1]
 
 
+def test_paired_keys_on_prompt_temperature_and_run_and_keeps_the_first_plain_row():
+    """Each arm row, in the rows' order, meets the first plain row of its own prompt,
+    temperature and run; an arm row with no such plain row is left out; columns the pairing
+    does not read (per-position lists) ride along untouched."""
+    def row(prompt, drafter, k, run, tok_s, temperature=0.0, workload="w"):
+        return {"workload": workload, "prompt": prompt, "drafter": drafter, "k": k, "temperature": temperature,
+                "run": run, "cold": False, "e2e_tok_s": tok_s, "acc_pos": [1, 2]}
+    rows = pd.DataFrame([
+        row("b", "ngram", 2, 1, 30.0, workload="v"),
+        row("a", "none", 0, 1, 10.0), row("a", "none", 0, 1, 1000.0),  # a repeated plain row: the first counts
+        row("b", "none", 0, 1, 15.0, workload="v"), row("b", "none", 0, 1, 5.0, temperature=0.7),
+        row("a", "ngram", 2, 1, 12.0), row("a", "ngram", 2, 2, 50.0),  # run 2 has no plain row
+        row("a", "ngram", 2, 1, 7.0, temperature=0.7),  # nor has T=0.7 for prompt a
+        row("b", "ngram", 2, 1, 40.0, temperature=0.7, workload="v"),
+    ])
+    p = decide.paired(rows, arm={"drafter": "ngram", "k": 2})
+    assert list(p.columns) == ["workload", "prompt", "round", "ratio"]
+    assert p[["workload", "prompt", "round"]].values.tolist() == [["v", "b", 1], ["w", "a", 1]]
+    assert p["ratio"].round(6).tolist() == [2.0, 1.2]
+    hot = decide.paired(rows, arm={"drafter": "ngram", "k": 2}, temperature=0.7)
+    assert hot["ratio"].round(6).tolist() == [8.0]
+    every = decide.paired(rows, arm={"drafter": "ngram", "k": 2}, temperature=None)
+    assert every["ratio"].round(6).tolist() == [2.0, 1.2, 8.0]
+    assert decide.paired(rows, arm={"drafter": "model", "k": 2}).empty
+
+
 def test_sequential_looks_keep_the_error_rate():
     """Looking after every round from 2 to 6 and stopping at the first decided verdict, with
     the looks corrected for, a null effect is called a win or a loss in at most 5% of 400

@@ -147,29 +147,41 @@ def estimate(pairs: pd.DataFrame, *, margin: float = DEFAULT_MARGIN, confidence:
 def paired(rows: pd.DataFrame, *, arm: dict, base: dict | None = None, value: str = "e2e_tok_s",
            temperature: float | None = 0.0) -> pd.DataFrame:
     """Sweep rows -> pairs (workload, prompt, round, ratio): each warm row of ``arm`` over the
-    ``base`` row (default: plain, drafter "none", k 0) of the same prompt, temperature and run."""
+    ``base`` row (default: plain, drafter "none", k 0) of the same prompt, temperature and run
+    (the first such row when a run has several)."""
     base = base or {"drafter": BASE, "k": 0}
-    # only the columns the pairing reads (a sweep's rows carry per-position lists: filtering
-    # every column of them is most of the time of a search's many looks)
-    need = {"cold", "temperature", "prompt", "run", "workload", value, *arm, *base}
-    r = rows[[c for c in rows.columns if c in need]]
-    r = r if "cold" not in r else r[~r["cold"].astype(bool)]
-    if temperature is not None and "temperature" in r:
-        r = r[r["temperature"] == temperature]
-    keys = [c for c in ("prompt", "temperature", "run") if c in r]
+    # masks and codes on the columns the pairing reads, in numpy: a search takes thousands of
+    # looks, and filtering and joining frames whose rows carry per-position lists was most of its time
+    keep = np.ones(len(rows), bool)
+    if "cold" in rows:
+        keep &= ~rows["cold"].astype(bool).to_numpy()
+    if temperature is not None and "temperature" in rows:
+        keep &= (rows["temperature"] == temperature).to_numpy()
 
     def pick(spec):
-        m = np.ones(len(r), bool)
+        m = keep.copy()
         for c, v in spec.items():
-            m &= (r[c] == v).to_numpy()
-        return r[m]
+            m &= (rows[c] == v).to_numpy()
+        return np.flatnonzero(m)
 
     a, b = pick(arm), pick(base)
-    b = b.drop_duplicates(keys).set_index(keys)[value].rename("_base")
-    j = a.join(b, on=keys, how="inner")
-    out = pd.DataFrame({"workload": j["workload"] if "workload" in j else "all", "prompt": j["prompt"],
-                        "round": j["run"] if "run" in j else 0, "ratio": j[value] / j["_base"]})
-    return out.reset_index(drop=True)
+    keys = [c for c in ("prompt", "temperature", "run") if c in rows]
+    both = np.concatenate([a, b])
+    code = np.zeros(len(both), np.int64)
+    for c in keys:  # one integer per (prompt, temperature, run), NaN a value like any other
+        codes, uniq = pd.factorize(rows[c].to_numpy()[both], use_na_sentinel=False)
+        code = code * max(1, len(uniq)) + codes
+    ca, cb = code[: len(a)], code[len(a):]
+    ub, first = np.unique(cb, return_index=True)  # a base key's first row, as drop_duplicates keeps
+    pos = np.searchsorted(ub, ca)
+    hit = (pos < len(ub)) & (ub[np.minimum(pos, len(ub) - 1)] == ca) if len(ub) else np.zeros(len(a), bool)
+    ia, ib = a[hit], b[first[pos[hit]]]
+    val = rows[value].to_numpy()
+    out = pd.DataFrame({"workload": rows["workload"].to_numpy()[ia] if "workload" in rows else "all",
+                        "prompt": rows["prompt"].to_numpy()[ia],
+                        "round": rows["run"].to_numpy()[ia] if "run" in rows else 0,
+                        "ratio": val[ia] / val[ib]})
+    return out
 
 
 def compare(rows: pd.DataFrame, *, arm: dict, base: dict | None = None, value: str = "e2e_tok_s",

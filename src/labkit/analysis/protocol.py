@@ -76,14 +76,16 @@ def step_summary(rows: pd.DataFrame, drafter: str, k: int, *, temperature: float
     the same prompt and run index, its CI and verdict against ``th.min_speedup``), the pairs'
     range, the decode-only speedup (labelled as such: it leaves out prefill), and acceptance."""
     th = th or Thresholds()
-    warm = rows[(~rows["cold"]) & (rows["temperature"] == temperature)]
-    spec = warm[(warm["drafter"] == drafter) & (warm["k"] == k)]
+    # the arm's warm rows, only the columns read here (a search judges thousands of times)
+    m = ((~rows["cold"]) & (rows["temperature"] == temperature) & (rows["drafter"] == drafter)
+         & (rows["k"] == k)).to_numpy()
+    spec = rows.loc[m, ["drafted", "accepted", "drafts_reaching_pos", "acc_pos"]]
     if spec.empty:
         raise ValueError(f"no warm rows for {drafter} k={k} at T={temperature}")
     arm = {"drafter": drafter, "k": k}
-    pairs = decide.paired(warm, arm=arm, value="e2e_tok_s", temperature=temperature)
+    pairs = decide.paired(rows, arm=arm, value="e2e_tok_s", temperature=temperature)
     est = decide.estimate(pairs.assign(ratio=pairs["ratio"] / th.min_speedup), **th.decide_kw())
-    dec = decide.estimate(decide.paired(warm, arm=arm, value="decode_tok_s", temperature=temperature),
+    dec = decide.estimate(decide.paired(rows, arm=arm, value="decode_tok_s", temperature=temperature),
                           **th.decide_kw())
     drafted, reach0 = spec["drafted"].sum(), sum(_pos0(v) for v in spec["drafts_reaching_pos"])
     scale = th.min_speedup
