@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import numpy as np
 import pytest
@@ -231,3 +232,55 @@ def test_plan_check_predicts_every_model_and_the_thread_count_placement(probed):
     assert one in r["per_model"] and r["models"] == 6 and res["cells"] is None
     line = next(x for x in plancheck.summary_lines(res) if x.strip().startswith(one))
     assert line.endswith("(out of sample: the probe's rates at another thread count)")  # not SYNTHETIC
+
+
+# -- the last-level cache: what a cache-sized model reads from ------------------------------
+def test_llc_is_the_highest_cache_level_sysfs_reports(tmp_path):
+    """A recorded sysfs layout (the Intel box of 2026-12-06: L1d 48K, L1i 64K, L2 2048K,
+    L3 491520K) plus an entry the parser must skip; no sysfs at all: None."""
+    for i, (level, size) in enumerate([("1", "48K"), ("1", "64K"), ("2", "2048K"), ("3", "491520K"), ("4", "??")]):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert machine.llc_bytes(tmp_path) == 491520 * 1024
+    (tmp_path / "index3" / "size").write_text("32M\n")
+    assert machine.llc_bytes(tmp_path) == 32 * 2**20
+    assert machine.llc_bytes(tmp_path / "absent") is None
+
+
+@pytest.mark.slow  # one synthetic model's verify(m), plain and with the cache flushed
+def test_a_model_within_the_cache_is_also_checked_with_the_cache_flushed(probed):
+    """plan --check measures a model whose step fits in the last-level cache twice: back to
+    back, as its decodes run, and with the cache flushed before every decode, as a model
+    larger than the cache runs; the second is reported beside the error, never in it."""
+    from labkit.measure import plancheck
+
+    calls = []
+    flush = machine.cache_flusher(64 * 2**20)
+    v = plancheck.verify_check(probed, names=["synthetic-dense"], rounds=2, threads=2, llc=200 * 2**20, kv_depth=32)
+    assert v["cache_resident"].all() and (v["measured_flushed_ms"] > 0).all()
+    assert np.allclose(v["error_flushed"], v["predicted_ms"] / v["measured_flushed_ms"] - 1)
+    assert v["error"].equals(v["predicted_ms"] / v["measured_ms"] - 1)  # the headline is the plain measurement
+    small = plancheck.verify_check(probed, names=["synthetic-dense"], rounds=2, threads=2, llc=1, kv_depth=32)
+    assert not small["cache_resident"].any() and small["measured_flushed_ms"].isna().all()
+    res = {"verify": plancheck.with_drift(v, probed), "cells": None}
+    res["residual"] = plancheck.residual(res["verify"], None)
+    assert res["residual"]["cache_resident_models"] == ["synthetic-dense"]
+    lines = plancheck.summary_lines(res)
+    at = next(i for i, x in enumerate(lines) if x.strip().startswith("synthetic-dense"))
+    assert "last-level cache" in lines[at + 1] and "flushed before each decode" in lines[at + 1]
+    # the flush runs before every timed decode and outside its time
+    from labkit.artifacts import zoo
+    from labkit.engines.llamacpp import LlamaCppEngine
+    from labkit.measure import verify_cost
+
+    def slow_flush():
+        calls.append(1)
+        flush()
+        time.sleep(0.05)
+
+    with LlamaCppEngine(str(zoo.get("synthetic-dense").path), n_ctx=128, n_threads=2) as e:
+        r = verify_cost.bench_verify(e, m_values=[1, 2], rounds=3, kv_depth=32, before=slow_flush)
+    assert len(calls) == 3 * 2
+    assert max(x["max"] for x in r["verify"]) < 50, "the flush's own time is not the decode's"

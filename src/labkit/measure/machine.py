@@ -53,6 +53,35 @@ HEAD_RATES = ("head_row_ns_per_param", "head_batch_ns_per_param", "head_odd_ns_p
 RATE_TABLES = ("rows_ns_per_param_by_m", "head_rows_ns_per_param_by_m")
 
 
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def llc_bytes(root: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """The last-level CPU cache this host reports (sysfs: the highest cache level of CPU 0,
+    e.g. ``491520K``), in bytes; None where the kernel says nothing (no sysfs, another OS)."""
+    best: tuple[int, int] | None = None
+    for d in sorted(Path(root).glob("index*")):
+        try:
+            level, text = int((d / "level").read_text()), (d / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        num, unit = text.rstrip("KMGB"), text[len(text.rstrip("KMGB")):].rstrip("B")
+        if not num.isdigit() or unit not in _UNITS:
+            continue
+        size = int(num) * _UNITS[unit]
+        if best is None or (level, size) > best:
+            best = (level, size)
+    return best[1] if best else None
+
+
+def cache_flusher(llc: int | None):
+    """A callable that evicts this host's caches (a read of twice the last-level cache, at
+    least 256 MiB and at most 2 GiB): what a decode of a model larger than the cache meets
+    every step."""
+    buf = np.ones(min(max(2 * (llc or 0), 256 * 2**20), 2 * 2**30) // 8)
+    return lambda: float(buf.sum())
+
+
 def host_bandwidth(*, threads: int | None = None, gib: float = 1.0, repeats: int = 5) -> dict:
     """GB/s of a streaming read of ``gib`` GiB split over ``threads`` threads (median, range)."""
     threads = threads or os.cpu_count() or 1
@@ -95,13 +124,14 @@ def _tiny_model() -> Path:
 
 
 def bench_model(path, *, m_values, rounds: int, kv_depth: int, threads: int | None, body: bool = False,
-                progress: Progress = None) -> dict:
-    """verify(m) of the GGUF at ``path`` (``bench_verify`` on a fresh llama.cpp engine)."""
+                before=None, progress: Progress = None) -> dict:
+    """verify(m) of the GGUF at ``path`` (``bench_verify`` on a fresh llama.cpp engine;
+    ``before``: run before each timed decode, untimed)."""
     from labkit.engines.llamacpp import LlamaCppEngine
 
     with LlamaCppEngine(str(path), n_ctx=max(512, kv_depth + max(m_values) + 8), n_threads=threads) as e:
         return verify_cost.bench_verify(e, m_values=m_values, rounds=rounds, kv_depth=kv_depth, body=body,
-                                        progress=progress)
+                                        before=before, progress=progress)
 
 
 def active_params(prof) -> dict:

@@ -52,27 +52,44 @@ def _synthetic_path(name: str) -> Path:
 
 
 def _check_rows(path, profile: dict, *, model: str, synthetic: bool, in_sample: bool, threads: int | None,
-                rounds: int, kv_depth: int) -> list[dict]:
+                rounds: int, kv_depth: int, llc: int | None = None) -> list[dict]:
     """verify(m), m = 1..8, of the GGUF at ``path`` measured at ``threads``, beside the plan
-    ``profile`` prices for it."""
+    ``profile`` prices for it. A model whose step reads fewer bytes than the last-level cache
+    (``llc``) holds is also measured with the cache flushed before every decode, as a model
+    larger than the cache runs (``measured_flushed_ms``): the planner prices reads from
+    memory, and back-to-back decodes of a cache-sized model read from the cache instead."""
     prof = read_profile(path)
+    step_bytes = machine.active_params(prof)["bytes"]
+    resident = bool(llc and step_bytes <= llc)
     res = machine.bench_model(path, m_values=list(range(1, 9)), rounds=rounds, kv_depth=kv_depth, threads=threads)
-    return [{"model": model, "synthetic": synthetic, "in_sample": in_sample, "m": r["m"], "threads": threads,
-             "measured_ms": r["median"], "measured_min_ms": r["min"], "measured_max_ms": r["max"],
-             "predicted_ms": (pred := plan.verify_ms(prof, profile, plan.Placement(), r["m"])),
-             "error": pred / r["median"] - 1} for r in res["verify"]]
+    flushed = {}
+    if resident:
+        fl = machine.bench_model(path, m_values=list(range(1, 9)), rounds=rounds, kv_depth=kv_depth, threads=threads,
+                                 before=machine.cache_flusher(llc))
+        flushed = {r["m"]: r["median"] for r in fl["verify"]}
+    out = []
+    for r in res["verify"]:
+        pred = plan.verify_ms(prof, profile, plan.Placement(), r["m"])
+        f = flushed.get(r["m"])
+        out.append({"model": model, "synthetic": synthetic, "in_sample": in_sample, "m": r["m"], "threads": threads,
+                    "measured_ms": r["median"], "measured_min_ms": r["min"], "measured_max_ms": r["max"],
+                    "predicted_ms": pred, "error": pred / r["median"] - 1, "step_bytes": step_bytes,
+                    "llc_bytes": llc, "cache_resident": resident, "measured_flushed_ms": f,
+                    "error_flushed": pred / f - 1 if f else None})
+    return out
 
 
 def verify_check(profile: dict, *, names, rounds: int, threads: int | None, kv_depth: int = 200,
-                 progress: Progress = None) -> pd.DataFrame:
-    """Predicted vs measured verify(m) per model and m (medians), with the relative error."""
+                 llc: int | None = None, progress: Progress = None) -> pd.DataFrame:
+    """Predicted vs measured verify(m) per model and m (medians), with the relative error;
+    ``llc``: the last-level cache's bytes (``_check_rows``)."""
     rows = []
     for name in names:
         if progress:
             progress(f"check: verify(m) of {name}, {rounds} rounds")
         rows += _check_rows(zoo.get(name).path if name == EMBEDDED else _synthetic_path(name), profile, model=name,
                             synthetic=name != EMBEDDED, in_sample=name == EMBEDDED, threads=threads, rounds=rounds,
-                            kv_depth=kv_depth)
+                            kv_depth=kv_depth, llc=llc)
     return pd.DataFrame(rows)
 
 
@@ -144,6 +161,11 @@ def residual(verify: pd.DataFrame, cells: pd.DataFrame | None) -> dict:
            "verify_median_abs_error": float(verify["error"].abs().median()),
            "verify_median_abs_error_out_of_sample": float(verify.loc[~verify["in_sample"], "error"].abs().median()),
            "per_model": {m: float(g["error"].abs().median()) for m, g in verify.groupby("model")}}
+    if "cache_resident" in verify and verify["cache_resident"].any():  # beside the headline, never in it
+        res = verify[verify["cache_resident"]]
+        out["cache_resident_models"] = sorted(res["model"].unique())
+        out["per_model_flushed"] = {m: float(g["error_flushed"].astype(float).abs().median())
+                                    for m, g in res.groupby("model")}
     if cells is not None and not cells.empty:
         out["speedup_median_abs_error"] = float(cells["error"].abs().median())
         out["speedup_cells"] = cells[["k", "measured_speedup", "predicted_speedup", "error"]].to_dict("records")
@@ -151,12 +173,14 @@ def residual(verify: pd.DataFrame, cells: pd.DataFrame | None) -> dict:
 
 
 def run_check(profile: dict, *, prompts: list | None = None, rounds: int = 8, threads: int | None = None,
-              progress: Progress = None) -> dict:
-    """The whole check; ``prompts`` (one per SWEEP_WORKLOADS entry, say) for the k = 1..3 cells, None: none."""
+              llc: int | None | str = "this", progress: Progress = None) -> dict:
+    """The whole check; ``prompts`` (one per SWEEP_WORKLOADS entry, say) for the k = 1..3 cells, None: none;
+    ``llc``: the last-level cache's bytes ("this": as this host reports it; None: not looked at)."""
     names = [EMBEDDED, "synthetic-dense", "synthetic-dense-x2", "synthetic-moe", "synthetic-moe-x2"]
     threads = threads or profile.get("threads")  # the thread count the profile was measured at
+    llc = machine.llc_bytes() if llc == "this" else llc
     t0 = time.perf_counter()
-    v = verify_check(profile, names=names, rounds=rounds, threads=threads, progress=progress)
+    v = verify_check(profile, names=names, rounds=rounds, threads=threads, llc=llc, progress=progress)
     measured = sorted(int(t) for t in (profile.get("host") or {}).get("bandwidth_by_threads") or {})
     counts = [t for t in measured if t != threads]  # thread-count placements (none: a 1-core box, or an old profile)
     if counts:
@@ -176,6 +200,13 @@ def summary_lines(res: dict) -> list[str]:
         tag = (" (calibration model, in sample)" if g["in_sample"].iloc[0] else " (SYNTHETIC)"
                if g["synthetic"].iloc[0] else " (out of sample: the probe's rates at another thread count)")
         lines.append(f"  {m:<22} m=1..8: {errs}   median |error| {np.median(g['error'].abs()):.0%}{tag}")
+        if "cache_resident" in g and g["cache_resident"].any():
+            fl = g["error_flushed"].astype(float)
+            slower = float(np.median(g["measured_flushed_ms"].astype(float) / g["measured_ms"])) - 1
+            lines.append(f"  {'':<22} {g['step_bytes'].iloc[0] / 1e6:.0f} MB a step, within this box's "
+                         f"{g['llc_bytes'].iloc[0] / 2**20:.0f} MiB last-level cache; the cache flushed before each "
+                         f"decode (as a larger model runs, and as the planner prices): {slower:+.0%} slower, error "
+                         f"{' '.join(f'{x:+.0%}' for x in fl)}   median |error| {np.median(fl.abs()):.0%}")
     lines.append(f"  all models: median |error| {r['verify_median_abs_error']:.1%} "
                  f"(out of sample {r['verify_median_abs_error_out_of_sample']:.1%}); the box moved "
                  f"{r['drift']:.2f}× since the probe (the calibration model's plain step); with that taken out, "

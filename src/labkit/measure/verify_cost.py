@@ -27,9 +27,12 @@ def context_ids(engine, n: int, *, seed: int = 0) -> list[int]:
     return rng.integers(lo, engine.n_vocab, size=n).tolist()
 
 
-def _time_decode(engine, rows: Sequence[int], depth: int, *, all_logits: bool = True) -> float:
+def _time_decode(engine, rows: Sequence[int], depth: int, *, all_logits: bool = True, before=None) -> float:
     """ms of one decode of ``rows`` at KV depth ``depth`` (rolled back after); ``all_logits``:
-    a logit row per row (a speculative verify), else for the last row only."""
+    a logit row per row (a speculative verify), else for the last row only; ``before``, when
+    given, runs first, untimed (``machine.cache_flusher``)."""
+    if before is not None:
+        before()
     t0 = time.perf_counter()
     engine.decode(list(rows), all_logits=all_logits)  # returns after llama_synchronize / mx.eval
     dt = time.perf_counter() - t0
@@ -45,6 +48,7 @@ def bench_verify(
     kv_depth: int = 200,
     seed: int = 0,
     body: bool = False,
+    before=None,
     progress: Progress = None,
 ) -> dict:
     """verify(m): the time of one m-row decode with logits for every row, at KV depth ``kv_depth``.
@@ -55,6 +59,8 @@ def bench_verify(
     pays), in the same rounds, in random order against the every-row decode: the result's
     ``body`` table; ``head_extra`` holds each round's every-row minus one-row time, the
     output head's cost of its rows 2..m (the planner prices it as its own term).
+    ``before``: a callable run before every timed decode, outside its time (a cache flush:
+    ``machine.cache_flusher``).
     """
     m_values = sorted(set(m_values))
     ctx = context_ids(engine, kv_depth, seed=seed)
@@ -74,10 +80,11 @@ def bench_verify(
         for m in rng.permutation(m_values):
             m = int(m)
             if m not in one:
-                samples[m].append(_time_decode(engine, rows[:m], kv_depth))
+                samples[m].append(_time_decode(engine, rows[:m], kv_depth, before=before))
                 continue
             for every in rng.permutation([True, False]):  # the pair in random order
-                (samples if every else one)[m].append(_time_decode(engine, rows[:m], kv_depth, all_logits=bool(every)))
+                (samples if every else one)[m].append(_time_decode(engine, rows[:m], kv_depth, all_logits=bool(every),
+                                                                  before=before))
         if progress and (r + 1) % max(1, rounds // 8) == 0:
             progress(f"verify round {r + 1}/{rounds}")
     table = [{"m": m, **{k: v for k, v in spread(samples[m]).items()}} for m in m_values]
