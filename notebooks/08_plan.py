@@ -43,7 +43,8 @@ R = lab.recipe
 prof = machine.load_or_probe(host=host_info(), build=build_info(), rounds=R.verify_rounds, progress=lab.progress)
 lab.client.set_tag(lab.run_id, "plan.machine_key", prof["key"])
 print(f"this box: host {prof['host']['bandwidth_gbs']:.1f} GB/s, overhead {prof['overhead_ms']:.2f} ms; "
-      f"{prof['device_note']}; last check: {prof.get('residual') or 'never (labkit plan --check)'}")
+      f"{prof['device_note']}")
+print(plan_tables.record_line(prof))
 
 # %%
 model = read_profile(resolve_model(R).path)

@@ -293,3 +293,21 @@ def test_a_drafter_that_drafts_less_is_priced_by_its_draft_lengths(tmp_path):
     half = plan.cell(dense, CPU, Placement(), 1, [0.5], len_ge=[0.5])
     assert half["V_ms"] == pytest.approx(0.5 * plan.verify_ms(dense, CPU, Placement(), 1)
                                          + 0.5 * plan.verify_ms(dense, CPU, Placement(), 2))
+
+
+def test_the_record_reads_as_one_phrase_from_a_recorded_residual():
+    from pathlib import Path
+
+    from labkit.report.plan_tables import record_line
+
+    rec = json.loads((Path(__file__).parent / "fixtures/plancheck/residual-intel-2026-12-06.json").read_text())["residual"]
+    line = record_line({"kind": "measured", "residual": rec})
+    assert line == ("this box's record: verify(m) predicted within 28% median absolute error on 6 models (out of "
+                    "sample 34%); the SYNTHETIC models that fit in this box's cache, measured with it flushed: within "
+                    "11%; speedup within 1% (labkit plan --check, 2026-12-06 07:27:26 UTC)")
+    with_cells = record_line({"kind": "measured", "residual": {**rec, "speedup_median_abs_error": 0.028,
+                                                                "note": "from the previous profile of this host and build"}})
+    assert with_cells.endswith("; speedup within 3% (labkit plan --check, 2026-12-06 07:27:26 UTC; from the previous "
+                               "profile of this host and build)")
+    assert record_line({"kind": "measured", "residual": None}) == "this box's record: never checked; run labkit plan --check"
+    assert record_line({"kind": "stated"}) is None

@@ -18,6 +18,9 @@ def test_08_plan_reproduces_and_exports_plan_vs_published(store, capsys):
     s = rp.reproduce(only=["08"], out_dir=str(store / "out"), wait=900)  # queue behind another reproduction
     r = s["results"][0]
     assert s["ok"] and r["notebook"] == "08_plan", r["error"]
+    nb = json.loads(open(r["executed"]).read())
+    printed = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+    assert "this box's record: " in printed and "{'" not in printed  # a phrase, never a dict printed raw
     assert cli.main(["export", f"{r['id']}/plan-vs-published", "--format", "md"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("| source | row | n_max | published_tok_s | predicted_tok_s")

@@ -10,6 +10,7 @@ runs at its largest k; or from the same sweep's replay of its plain runs
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from labkit.analysis import plan
@@ -121,15 +122,30 @@ def human(res: dict, *, model: dict, machine: dict) -> list[str]:
                       f"{worst['dominant']}"]
     lines += [f"flip: {f['text']}" for f in res["flips"]]
     lines += [f"note: {w}" for w in model.get("warnings", [])]
-    resid = machine.get("residual")
-    if resid:
-        lines.append(f"this box's record: verify(m) predicted within {resid['verify_median_abs_error']:.0%} median "
-                     f"absolute error on {resid['models']} models; speedup within "
-                     f"{resid.get('speedup_median_abs_error', float('nan')):.0%} (labkit plan --check, "
-                     f"{resid['checked_at']})")
-    elif machine.get("kind") == "measured":
-        lines.append("this box's record: never checked; run labkit plan --check")
+    line = record_line(machine)
+    if line:
+        lines.append(line)
     return lines
+
+
+def record_line(machine: dict) -> str | None:
+    """How right this box's plans have been, as one phrase from the profile's residual
+    (``labkit plan --check``); None for a stated profile (not measured here, never checked)."""
+    r = machine.get("residual")
+    if not r:
+        return "this box's record: never checked; run labkit plan --check" if machine.get("kind") == "measured" else None
+    when = str(r.get("checked_at", "")).replace("T", " ").replace("Z", " UTC")
+    s = (f"this box's record: verify(m) predicted within {r['verify_median_abs_error']:.0%} median absolute error "
+         f"on {r['models']} models (out of sample {r['verify_median_abs_error_out_of_sample']:.0%})")
+    flushed = r.get("per_model_flushed") or {}
+    synth = [v for m, v in flushed.items() if m.startswith("synthetic")]
+    if synth:
+        s += (f"; the SYNTHETIC models that fit in this box's cache, measured with it flushed: within "
+              f"{float(np.median(synth)):.0%}")
+    if r.get("speedup_median_abs_error") is not None:
+        s += f"; speedup within {r['speedup_median_abs_error']:.0%}"
+    s += f" (labkit plan --check, {when}"
+    return s + (f"; {r['note']})" if r.get("note") else ")")
 
 
 def published_table(rows: list[dict]) -> pd.DataFrame:
