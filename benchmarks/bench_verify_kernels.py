@@ -21,8 +21,16 @@ weight read of its own: what is left per row is arithmetic, which batching does 
 a timing) after the timed rounds.
 
     python benchmarks/bench_verify_kernels.py [NAME=]LIBDIR [[NAME=]LIBDIR ...] [--rounds 24] [--profile]
+    python benchmarks/bench_verify_kernels.py --portable [--rounds 24] [--profile]
 
-With no LIBDIR, the installed build (llama_cpp/lib) alone. ``--model`` names a zoo model:
+With no LIBDIR, the installed build (llama_cpp/lib) alone. ``--portable`` puts first, as the
+reference every other build is compared with, the pinned llama.cpp sources without labkit's
+patches, built with the installed build's own flags (``portable_libdir``: made once into
+``$LABKIT_CACHE/bench/``, a minute or two; the patches touch ggml-cpu only, so only that
+library is compiled, the others are the installed build's); with no LIBDIR the installed
+build follows as ``labkit``. That is the before/after of issue 44 on a fresh clone. The
+reference is named ``portable`` where the installed build has the portable flags, and
+``unpatched`` where it has a CPU variant's (``LABKIT_CPU_VARIANT``). ``--model`` names a zoo model:
 the embedded one by default, ``synthetic-small-vocab`` for the same body with a 4,096-token
 head (SYNTHETIC random weights, cost only). Prints JSON as its last line.
 """
@@ -33,8 +41,10 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +56,95 @@ BIG_M = (16, 32)  # a row with the weight reads shared: (T(32) - T(16)) / 16
 
 def _sha(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+CPU_DIR = "ggml/src/ggml-cpu/"  # the sources of libggml-cpu
+CPU_LIB = "libggml-cpu.so"
+
+
+def patched_files(texts: list[str]) -> list[str]:
+    """The files a set of unified diffs changes (their ``+++ b/...`` lines), in order."""
+    out = []
+    for text in texts:
+        for ln in text.splitlines():
+            if ln.startswith("+++ ") and ln[4:].strip() != "/dev/null":
+                f = ln[4:].split("\t")[0].strip().removeprefix("b/")
+                if f not in out:
+                    out.append(f)
+    return out
+
+
+def assemble(installed_bin: Path, cpu_lib: Path, dest: Path) -> Path:
+    """A library folder: the installed build's libraries (``lib*.so*``, links kept as links)
+    with its libggml-cpu replaced by ``cpu_lib``. Refused when ``cpu_lib`` is the installed one
+    (the comparison would measure one build twice)."""
+    real = (installed_bin / CPU_LIB).resolve()
+    if not real.is_file() or not (installed_bin / "libllama.so").is_file():
+        raise SystemExit(f"error: {installed_bin} holds no {CPU_LIB} and libllama.so\nfix: run `make setup`")
+    if _sha(cpu_lib) == _sha(real):
+        raise SystemExit(f"error: {cpu_lib} is the installed build's own {CPU_LIB} (the same bytes): the comparison "
+                         "would measure one build twice\nfix: delete its folder and run again, so the pinned "
+                         "sources are built without labkit's patches")
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for f in sorted(installed_bin.iterdir()):
+        if f.name.startswith("lib") and ".so" in f.name:
+            if f.is_symlink():
+                os.symlink(os.readlink(f), dest / f.name)  # relative, as the build made it
+            else:
+                shutil.copy2(f, dest / f.name)
+    shutil.copy2(cpu_lib, dest / real.name)
+    return dest
+
+
+def portable_libdir(*, jobs: int | None = None) -> Path:
+    """The pinned llama.cpp sources without labkit's patches, built with the installed build's
+    flags (the portable ones unless LABKIT_CPU_VARIANT chose others), as a library folder for
+    ``LLAMA_CPP_LIB_PATH``: the installed libraries with the unpatched libggml-cpu. The tree and
+    its build are kept in ``$LABKIT_CACHE/bench/`` (keyed by version, flags and machine), so a
+    second run compiles nothing. A patch that changes a file outside ggml-cpu is refused: then
+    libggml-cpu alone would not be the unpatched build."""
+    import platform
+
+    from labkit.engines import native
+    from labkit.errors import LabkitError
+    from labkit.paths import cache_dir
+
+    info = native.find(verify=True)
+    if info is None or info["missing"]:
+        raise SystemExit("error: no finished labkit llama.cpp build on this machine\nfix: run `make setup`")
+    outside = [f for f in patched_files([Path(p["path"]).read_text() for p in native.patches()])
+               if not f.startswith(CPU_DIR)]
+    if outside:
+        raise SystemExit(f"error: labkit's patches change {', '.join(outside)}, outside {CPU_DIR}: an unpatched "
+                         f"{CPU_LIB} alone is not the unpatched build\nfix: build the unpatched tree whole "
+                         "(native.extract_source(patched=False)) and pass its bin/ folder as portable=DIR")
+    flags = info["cmake_args"]
+    tag = hashlib.sha256(f"{native.VERSION}|{flags}|{native.BUILD_FLAGS}|{platform.machine()}".encode()).hexdigest()[:12]
+    root = cache_dir() / "bench" / f"unpatched-{native.VERSION}-{tag}"
+    built = root / "build" / "bin" / CPU_LIB
+    log = root / "build.log"
+    try:
+        if not (root / "done.json").is_file():
+            root.mkdir(parents=True, exist_ok=True)
+            src = root / "src"
+            if not (src / "CMakeLists.txt").is_file():
+                shutil.rmtree(src, ignore_errors=True)
+                print(f"portable: extracting llama.cpp {native.VERSION}'s pinned sources without labkit's patches "
+                      f"into {src}", file=sys.stderr, flush=True)
+                native.extract_source(native._sdist(cache_dir(), log, None), src, log, patched=False)
+            print(f"portable: building {CPU_LIB} with {flags} (once; log: {log})", file=sys.stderr, flush=True)
+            native._run(["cmake", "-S", str(src), "-B", str(root / "build"), "-G", native.generator(root / "build"),
+                         *flags.split(), *native.BUILD_FLAGS.split()], log)
+            native._run(["cmake", "--build", str(root / "build"), "--target", "ggml-cpu",
+                         f"-j{jobs or os.cpu_count() or 2}"], log)
+            (root / "done.json").write_text(json.dumps({
+                "llama_cpp_python": native.VERSION, "cmake_args": flags, "patches": [],
+                "sha256": {CPU_LIB: _sha(built.resolve())}, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ")}, indent=1))
+    except LabkitError as e:
+        raise SystemExit(f"error: {e.problem}\nfix: {e.fix}") from None
+    return assemble(Path(info["bin"]), built.resolve(), root / "lib")
 
 
 def worker(a: argparse.Namespace) -> int:
@@ -158,16 +257,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="gemma-3-270m-q4_k_m")
     ap.add_argument("--profile", action="store_true", help="also the per-op-class breakdown of each build")
     ap.add_argument("--profile-rounds", type=int, default=5)
+    ap.add_argument("--portable", action="store_true",
+                    help="first, as the reference: the pinned sources without labkit's patches, the installed "
+                         "build's flags (built once into $LABKIT_CACHE/bench/; named unpatched where those are not "
+                         "the portable flags); no LIBDIR: the installed build next, as labkit")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--profile-worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
         return worker(a)
-    builds = parse_builds(a.libs or [""])
+    if a.portable and any(spec.rpartition("=")[0] in ("portable", "unpatched") for spec in a.libs):
+        raise SystemExit("error: --portable and a build named portable= or unpatched=\nfix: give one of them")
+    builds = parse_builds(a.libs or (["labkit="] if a.portable else [""]))
+    ref = None
+    if a.portable:
+        from labkit.engines.native import PORTABLE_FLAGS
+
+        d = portable_libdir()
+        made = json.loads((d.parent / "done.json").read_text())
+        # the portable build is upstream's sources with the portable flags; with a variant's
+        # flags (LABKIT_CPU_VARIANT) the reference is that variant unpatched, and says so
+        ref = "portable" if made["cmake_args"] == PORTABLE_FLAGS else "unpatched"
+        builds = {ref: str(d), **builds}
     procs = {n: _spawn(d, a) for n, d in builds.items()}
     meta = {n: _read(p, n) for n, p in procs.items()}
     for n, d in builds.items():
-        meta[n]["libggml_cpu_sha256"] = _sha(Path(d) / "libggml-cpu.so") if d else None
+        loaded = Path(d) if d else Path(meta[n].get("lib_path") or ".").parent  # the installed: where it loaded from
+        meta[n]["libggml_cpu_sha256"] = _sha(loaded / CPU_LIB)
+    if ref:  # how the reference was made, beside what its worker loaded
+        meta[ref]["made"] = made
     samples = {n: {} for n in builds}
     rng = np.random.default_rng(0)
     for r in range(a.rounds):
