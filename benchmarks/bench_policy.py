@@ -64,6 +64,14 @@ FIXED = (1, 2, 3, 4)
 K_MAX = 8
 
 
+class LineOnly(costmodel.VerifyModel):
+    """The verify model as it priced before each measured m was priced at its median: H, then
+    the fitted line (``--line-arm``)."""
+
+    def V(self, m):
+        return self.fitted(m)
+
+
 def held_out(*, per_workload: int, which: int, recipe) -> dict:
     """The held-out prompts per workload (see the module docstring)."""
     out = {}
@@ -128,6 +136,9 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--peer-k", default="2,3,4,8", help="LlamaPromptLookupDecoding num_pred_tokens values")
     ap.add_argument("--verify-rounds", type=int, default=8)
+    ap.add_argument("--line-arm", action="store_true",
+                    help="also auto_line: the same policy priced with the fitted line (a + b*m + odd-m) instead of "
+                         "each measured m's median (costmodel.VerifyModel), interleaved; auto vs auto_line per workload")
     ap.add_argument("--c", type=int, default=1, help="concurrent streams (c > 1: the multi-slot loop)")
     args = ap.parse_args()
     recipe = load(None)
@@ -146,6 +157,9 @@ def main() -> None:
         return
     auto_drafter = NgramDrafter()
     pol = policies.make("priced", k_max=K_MAX, drafter=auto_drafter, verify=vm)
+    line_drafter = NgramDrafter() if args.line_arm else None
+    line_pol = policies.make("priced", k_max=K_MAX, drafter=line_drafter, verify=LineOnly(H=vm.H, fit=vm.fit)) \
+        if args.line_arm else None
 
     peer_ks = [int(x) for x in args.peer_k.split(",")]
     peer = None
@@ -158,7 +172,8 @@ def main() -> None:
         lookup = LlamaPromptLookupDecoding(num_pred_tokens=peer_ks[0])
         peer = (llama_cpp.Llama(**kw, draft_model=lookup), lookup)
 
-    arms = [("plain", 0)] + [(f"k{k}", k) for k in FIXED] + [("auto", K_MAX)]
+    arms = [("plain", 0)] + [(f"k{k}", k) for k in FIXED] + [("auto", K_MAX)] + \
+        ([("auto_line", K_MAX)] if args.line_arm else [])
     rows, auto_recs, identical, divergences = [], [], {}, []
     i_round = 0
     for w, prompts in sets.items():
@@ -177,13 +192,16 @@ def main() -> None:
                         recs = run(eng, ids, drafter=auto_drafter, policy=pol, max_tokens=n)
                         if r > 0:
                             auto_recs.append((w, recs))
+                    elif name == "auto_line":
+                        recs = run(eng, ids, drafter=line_drafter, policy=line_pol, max_tokens=n)
                     else:
                         recs = run(eng, ids, drafter=NgramDrafter() if k else None, k=k, max_tokens=n)
                     s = summarize(recs)
                     outs.setdefault(name, []).append(recs)
                     rows.append({"workload": w, "prompt": p.id, "round": r, "arm": name, "decode_tok_s":
                                  s.decode_tok_s, "e2e_tok_s": s.e2e_tok_s, "acceptance": s.acceptance,
-                                 "mean_j": float(np.mean([x.policy_j for x in recs[1:]])) if name == "auto" else k})
+                                 "mean_j": float(np.mean([x.policy_j for x in recs[1:]])) if name.startswith("auto")
+                                 else k})
                 i_round += 1
                 log(f"{w} {p.id} round {r}/{args.rounds}")
             found = explain(eng, ids, outs, identical, workload=w, prompt=p.id)
@@ -210,6 +228,8 @@ def main() -> None:
                "auto_vs_best_fixed_e2e": est(pairs(w, "auto", best, "e2e_tok_s")),
                "median_tok_s": g.groupby("arm")["e2e_tok_s"].median().dropna().to_dict(),
                "auto_mean_j": float(g[g.arm == "auto"]["mean_j"].mean()),
+               **({"auto_vs_auto_line_e2e": est(pairs(w, "auto", "auto_line", "e2e_tok_s")),
+                   "auto_line_mean_j": float(g[g.arm == "auto_line"]["mean_j"].mean())} if args.line_arm else {}),
                "acceptance": g.groupby("arm")["acceptance"].median().dropna().to_dict()}
         if w == "edit" and peer:
             med = g[g.arm.str.startswith("peer")].groupby("arm")["decode_tok_s"].median()
@@ -221,6 +241,12 @@ def main() -> None:
         per_workload[w] = out
         log(f"{w}: auto vs plain {vs_plain['auto']['ratio']:.3f} [{vs_plain['auto']['lo']:.3f}, "
             f"{vs_plain['auto']['hi']:.3f}]; vs {best} {out['auto_vs_best_fixed_e2e']['ratio']:.3f}")
+    pooled = {}
+    if args.line_arm:  # every workload's prompts together: the pricing's effect over the whole traffic
+        pooled["auto_vs_auto_line_e2e"] = est([x for w in sets for x in pairs(w, "auto", "auto_line", "e2e_tok_s")])
+        log(f"auto (each m at its median) vs auto_line (the fitted line), all workloads: "
+            f"{pooled['auto_vs_auto_line_e2e']['ratio']:.3f} [{pooled['auto_vs_auto_line_e2e']['lo']:.3f}, "
+            f"{pooled['auto_vs_auto_line_e2e']['hi']:.3f}]")
     samples = calibration.samples([r for _, rs in auto_recs for r in rs], drafter="ngram")
     cal = calibration.table(samples, by=["drafter"])
     chosen = pd.Series([x.policy_j for _, rs in auto_recs for x in rs[1:]]).value_counts().sort_index()
@@ -232,8 +258,10 @@ def main() -> None:
                          f"{args.per_workload}",
         "rounds": args.rounds, "max_tokens": n, "metric": "e2e tok/s (TTLT) for vs plain/fixed; decode tok/s vs peer",
         "verify_fit": {"H_ms": vm.H, "V_ms": [float(vm.V(m)) for m in range(1, K_MAX + 2)],
+                       "V_line_ms": [float(vm.fitted(m)) for m in range(1, K_MAX + 2)],
                        "source": f"measured at the start of this run ({args.verify_rounds} rounds, KV depth 200)"},
         "per_workload": per_workload,
+        **({"pooled": pooled} if pooled else {}),
         "auto_j_histogram": {int(k): int(v) for k, v in chosen.items()},
         "calibration": cal.to_dict(orient="records"),
         "calibration_verdict": calibration.verdict(cal),
@@ -295,6 +323,7 @@ def at_concurrency(args, sets: dict, art, vm, recipe) -> dict:
         "verify_fit": {"H_ms": vm.H, "V_ms": [float(vm.V(m)) for m in range(1, K_MAX + 2)],
                        "note": "single-stream verify(m), m 1..9, also prices the shared decode's rows (extrapolated)"},
         "per_workload": per_workload,
+        **({"pooled": pooled} if pooled else {}),
         "pooled": {a: _est_dict(decide.estimate(pd.concat(ps, ignore_index=True))) for a, ps in pooled.items()},
         "provenance": fingerprint.collect(),
     }

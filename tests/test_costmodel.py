@@ -42,6 +42,24 @@ def test_verify_model_keeps_the_one_row_step_apart():
     assert vm.V([1, 2, 4]).tolist() == pytest.approx([10.0, 24.0, 28.0])
 
 
+def test_a_staircase_is_priced_at_its_measured_medians_not_at_the_line():
+    """Tiled kernels make verify(m) a staircase; a step at m = 9 (the shape measured on the
+    Intel box, 2026-12-06) drags a line through every m. Each m measured 3+ times is priced at
+    its own median; an m measured fewer times, or never, at the line."""
+    truth = {1: 17.4, 2: 20.1, 3: 22.2, 4: 25.0, 5: 28.8, 6: 31.1, 7: 34.7, 8: 40.0, 9: 61.1}
+    df = frame(lambda m: truth[m], ms=range(1, 10), reps=16, noise=0.3)
+    vm = costmodel.fit_verify_model(df)
+    ms = list(range(1, 10))
+    assert vm.V(ms) == pytest.approx([truth[m] for m in ms], abs=0.4)
+    line = vm.fitted(ms)
+    assert line[1] < 0.85 * truth[2] and line[0] == vm.H  # the line: two rows priced below one
+    assert float(vm.V(10)) == pytest.approx(float(vm.fitted(10)))  # beyond the bench: the line
+    sparse = pd.concat([df[df["m"] != 5], df[df["m"] == 5].head(2)])  # m = 5 seen twice only
+    vs = costmodel.fit_verify_model(sparse)
+    assert float(vs.V(5)) == pytest.approx(float(vs.fitted(5)))
+    assert float(vs.V(6)) == pytest.approx(truth[6], abs=0.4)
+
+
 def test_expected_step_matches_hand_arithmetic():
     vm = costmodel.VerifyModel(H=10.0, fit=costmodel.LinearFit(a=10.0, b=5.0, a_ci=(0, 0), b_ci=(0, 0), r2=1, n=1))
     # drafts always 2 long, position 0 accepted w.p. 0.5, position 1 (given 0) w.p. 0.5

@@ -47,6 +47,7 @@ class LinearFit:
     parity: float | None = None  # extra ms when m is odd (row-pair kernels), if fitted
     parity_ci: tuple[float, float] | None = None
     residual_by_m: dict | None = None  # median residual per m (ms)
+    n_by_m: dict | None = None  # samples per m (None: a fit from before this was recorded)
     cov: list | None = None  # covariance of the coefficients (for the line's confidence band)
     t: float | None = None  # the t quantile used for the CIs
 
@@ -87,10 +88,12 @@ def fit_verify(df: pd.DataFrame, *, parity: bool = False, level: float = 0.95) -
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float(resid @ resid) / ss_tot if ss_tot > 0 else 1.0
     by_m = pd.Series(resid).groupby(m).median()
+    n_by_m = pd.Series(resid).groupby(m).size()
     return LinearFit(
         a=float(beta[0]), b=float(beta[1]), a_ci=ci[0], b_ci=ci[1], r2=r2, n=n,
         parity=float(beta[2]) if parity else None, parity_ci=ci[2] if parity else None,
         residual_by_m={int(k): float(v) for k, v in by_m.items()},
+        n_by_m={int(k): int(v) for k, v in n_by_m.items()},
         cov=cov.tolist(), t=float(t),
     )
 
@@ -107,17 +110,42 @@ def fit_table(fit: LinearFit) -> pd.DataFrame:
 
 
 # -- pricing speculation --------------------------------------------------------------
+MIN_SAMPLES_AT_M = 3  # a row count measured at least this often is priced at its own median
+
+
 @dataclass
 class VerifyModel:
     """verify(m) as measured: the one-row step H on its own (its kernel is a matrix-vector
-    product), and a + b*m + c*[m odd] fitted on m >= 2 (row-pair kernels make odd m dearer)."""
+    product); every row count m >= 2 the bench measured (``MIN_SAMPLES_AT_M`` times or more)
+    at its own median; and a + b*m + c*[m odd], fitted on m >= 2, between and beyond them.
+
+    Why the medians and not the line where both exist: the kernels work in tiles of rows, so
+    verify(m) is a staircase, not a line, and one step of it drags the whole fit. On the Intel
+    box of 2026-12-06 with labkit's kernel (02's bench, m = 1..9, 16 rounds) the medians read
+    17.4, 20.1, 22.2, 25.0, 28.8, 31.1, 34.7, 40.0 and 61.1 ms (m = 9 leaves the patch's
+    small-batch path), and the line with its odd-m term priced 17.4, 15.0, 22.9, 24.4, 32.2,
+    33.7, 41.6, 43.1 and 50.9: two rows cheaper than one (-25%), seven rows +20%, nine -17%.
+    The line stays what 01 reports (a, b, the odd-m extra) and what ``fitted`` returns."""
 
     H: float
     fit: LinearFit
 
-    def V(self, m) -> np.ndarray:
+    def fitted(self, m) -> np.ndarray:
+        """H at m = 1, the fitted line above it (01's piecewise model, whose residuals it shows)."""
         m = np.asarray(m, dtype=float)
         return np.where(m <= 1, self.H, self.fit.predict(m))
+
+    def V(self, m) -> np.ndarray:
+        y = np.array(self.fitted(m), dtype=float)
+        res, n = self.fit.residual_by_m or {}, self.fit.n_by_m or {}
+        if not res or not n:
+            return y
+        flat, ms = y.reshape(-1), np.asarray(m, dtype=float).reshape(-1)
+        for i, mv in enumerate(ms):
+            key = int(mv) if mv >= 2 and float(mv).is_integer() else None
+            if key is not None and n.get(key, 0) >= MIN_SAMPLES_AT_M and key in res:
+                flat[i] += res[key]  # the line plus its median residual there: the median itself
+        return flat.reshape(y.shape) if y.ndim else flat[0]
 
     def to_dict(self) -> dict:
         return {"H": self.H, "fit": self.fit.to_dict()}
@@ -272,7 +300,7 @@ def residual_table(samples: pd.DataFrame, linear: LinearFit, vm: VerifyModel) ->
     """Median residual per m of the straight-line fit and of the piecewise (H + parity) model."""
     med = samples.groupby("m")["ms"].median().reset_index()
     med["linear_fit_ms"] = linear.predict(med["m"])
-    med["piecewise_ms"] = vm.V(med["m"])
+    med["piecewise_ms"] = vm.fitted(med["m"])
     med["linear_residual_ms"] = med["ms"] - med["linear_fit_ms"]
     med["piecewise_residual_ms"] = med["ms"] - med["piecewise_ms"]
     return med.rename(columns={"ms": "median_ms"})
