@@ -323,7 +323,6 @@ def at_concurrency(args, sets: dict, art, vm, recipe) -> dict:
         "verify_fit": {"H_ms": vm.H, "V_ms": [float(vm.V(m)) for m in range(1, K_MAX + 2)],
                        "note": "single-stream verify(m), m 1..9, also prices the shared decode's rows (extrapolated)"},
         "per_workload": per_workload,
-        **({"pooled": pooled} if pooled else {}),
         "pooled": {a: _est_dict(decide.estimate(pd.concat(ps, ignore_index=True))) for a, ps in pooled.items()},
         "provenance": fingerprint.collect(),
     }
