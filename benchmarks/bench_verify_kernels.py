@@ -20,7 +20,7 @@ weight read of its own: what is left per row is arithmetic, which batching does 
 (labkit.measure.op_profile: llama.cpp's cb_eval callback, node by node; a breakdown, not
 a timing) after the timed rounds.
 
-    python benchmarks/bench_verify_kernels.py [NAME=]LIBDIR [[NAME=]LIBDIR ...] [--rounds 24] [--profile]
+    python benchmarks/bench_verify_kernels.py [NAME=]LIBDIR [[NAME=]LIBDIR ...] [--rounds 24] [--profile] [--m-max 12]
     python benchmarks/bench_verify_kernels.py --portable [--rounds 24] [--profile]
 
 With no LIBDIR, the installed build (llama_cpp/lib) alone. ``--portable`` puts first, as the
@@ -50,8 +50,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-M_VALUES = tuple(range(1, 9))
+M_VALUES = tuple(range(1, 9))  # the targets' m; --m-max times more (k = 8 verifies 9 rows)
 BIG_M = (16, 32)  # a row with the weight reads shared: (T(32) - T(16)) / 16
+
+
+def m_values(a: argparse.Namespace) -> tuple[int, ...]:
+    return tuple(range(1, a.m_max + 1))
 
 
 def _sha(path: Path) -> str | None:
@@ -166,7 +170,7 @@ def worker(a: argparse.Namespace) -> int:
     if clock is not None:
         from labkit.measure.op_profile import profile_verify
 
-        say(profile_verify(engine, clock, m_values=M_VALUES, rounds=a.profile_rounds, kv_depth=a.kv_depth))
+        say(profile_verify(engine, clock, m_values=m_values(a), rounds=a.profile_rounds, kv_depth=a.kv_depth))
         return 0
     say({"ready": True, "lib_path": info.get("lib_path"), "lib_sha256": info.get("lib_sha256"),
          "system_info": info.get("system_info")})
@@ -174,7 +178,7 @@ def worker(a: argparse.Namespace) -> int:
     rows = context_ids(engine, max(BIG_M), seed=1)
     engine.rollback(0)
     engine.decode(ctx, all_logits=False)
-    shapes = [(m, True) for m in M_VALUES] + [(m, logits) for m in BIG_M for logits in (True, False)]
+    shapes = [(m, True) for m in m_values(a)] + [(m, logits) for m in BIG_M for logits in (True, False)]
     for m, logits in shapes:  # warm-up: every shape once, through the measured code path
         _time_decode(engine, rows[:m], a.kv_depth, all_logits=logits)
     for line in sys.stdin:
@@ -196,7 +200,7 @@ def _spawn(libdir: str, a: argparse.Namespace, *, profile: bool = False) -> subp
     if libdir:
         env["LLAMA_CPP_LIB_PATH"] = libdir
     cmd = [sys.executable, __file__, "--worker", "--model", a.model, "--threads", str(a.threads),
-           "--kv-depth", str(a.kv_depth), "--profile-rounds", str(a.profile_rounds)]
+           "--kv-depth", str(a.kv_depth), "--profile-rounds", str(a.profile_rounds), "--m-max", str(a.m_max)]
     if profile:
         cmd.append("--profile-worker")
     return subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -227,7 +231,8 @@ def amortised(s: dict) -> dict:
     (lo, hi), n = BIG_M, BIG_M[1] - BIG_M[0]
     full = (np.asarray(s[str(hi)]) - np.asarray(s[str(lo)])) / n
     body = (np.asarray(s[f"{hi}b"]) - np.asarray(s[f"{lo}b"])) / n
-    small = (np.asarray(s[str(max(M_VALUES))]) - np.asarray(s["1"])) / (max(M_VALUES) - 1)
+    top = max(M_VALUES)
+    small = (np.asarray(s[str(top)]) - np.asarray(s["1"])) / (top - 1)
     return {"from_m": list(BIG_M), "row_ms": round(float(np.median(full)), 2),
             "body_row_ms": round(float(np.median(body)), 2), "head_row_ms": round(float(np.median(full - body)), 2),
             "small_m_row_ms": round(float(np.median(small)), 2), "small_m_over_amortised": _ratio(list(small), list(full))}
@@ -257,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="gemma-3-270m-q4_k_m")
     ap.add_argument("--profile", action="store_true", help="also the per-op-class breakdown of each build")
     ap.add_argument("--profile-rounds", type=int, default=5)
+    ap.add_argument("--m-max", type=int, default=max(M_VALUES),
+                    help=f"time verify(m) for m = 1..M (default {max(M_VALUES)}; at most {BIG_M[0] - 1})")
     ap.add_argument("--portable", action="store_true",
                     help="first, as the reference: the pinned sources without labkit's patches, the installed "
                          "build's flags (built once into $LABKIT_CACHE/bench/; named unpatched where those are not "
@@ -264,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--profile-worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if not max(M_VALUES) <= a.m_max < BIG_M[0]:
+        raise SystemExit(f"error: --m-max {a.m_max}: the targets need m = 1..{max(M_VALUES)}, and m = {BIG_M[0]} is "
+                         f"timed already (the amortised row)\nfix: give --m-max between {max(M_VALUES)} and {BIG_M[0] - 1}")
     if a.worker:
         return worker(a)
     if a.portable and any(spec.rpartition("=")[0] in ("portable", "unpatched") for spec in a.libs):
@@ -313,9 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         out["builds"][n] = {
             **meta[n], "lib_dir": builds[n],
             "H_ms": round(float(np.median(s["1"])), 2),
-            "verify_ms": {m: round(float(np.median(s[str(m)])), 2) for m in M_VALUES},
-            "verify_over_H": {m: _ratio(s[str(m)], s["1"]) for m in M_VALUES},
-            **({f"over_{first}": {m: _ratio(s[str(m)], s0[str(m)]) for m in M_VALUES}} if n != first else {}),
+            "verify_ms": {m: round(float(np.median(s[str(m)])), 2) for m in m_values(a)},
+            "verify_over_H": {m: _ratio(s[str(m)], s["1"]) for m in m_values(a)},
+            **({f"over_{first}": {m: _ratio(s[str(m)], s0[str(m)]) for m in m_values(a)}} if n != first else {}),
             "amortised": amortised(s),
         }
     if a.profile:
@@ -324,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             out["builds"][n]["op_profile"] = _read(p, n)
             p.wait()
     for n, b in out["builds"].items():
-        print(f"{n}: H {b['H_ms']} ms; " + ", ".join(f"V({m})/H {b['verify_over_H'][m]['text']}" for m in M_VALUES[1:]),
+        print(f"{n}: H {b['H_ms']} ms; " + ", ".join(f"V({m})/H {b['verify_over_H'][m]['text']}" for m in m_values(a)[1:]),
               file=sys.stderr)
         f = b["amortised"]
         print(f"{n}: one more row costs {f['small_m_row_ms']} ms in a verify (m = 1..8) and {f['row_ms']} ms with "

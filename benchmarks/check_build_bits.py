@@ -2,8 +2,8 @@
 
 Each build is a library folder (``libllama.so`` and its ``libggml*.so``) loaded by its own
 process through ``LLAMA_CPP_LIB_PATH``. Each process decodes the same seeded context (KV depth
-200), then every verify m = 1..8 with every logit row, and a 64-token greedy run from the
-context; also, within the build, row j of the 8-row verify against the plain step at that
+200), then every verify m = 1..16 with every logit row, and a 64-token greedy run from the
+context; also, within the build, row j of the 16-row verify against the plain step at that
 position (what greedy speculation needs to equal plain). The first build is the reference:
 for every other, the largest |logit difference| per m and whether the greedy tokens agree.
 
@@ -26,10 +26,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from bench_verify_kernels import (  # the m = 1..8 a verify is timed at; [NAME=]LIBDIR
-    M_VALUES,
-    parse_builds,
-)
+from bench_verify_kernels import parse_builds  # [NAME=]LIBDIR
+
+# every m of the patch's column paths: 1..8 (one group) and 9..16 (two groups of the same row)
+M_VALUES = tuple(range(1, 17))
 
 
 def worker(model: str, out: str) -> None:
@@ -47,7 +47,7 @@ def worker(model: str, out: str) -> None:
         res[f"m{m}"] = np.stack([e.logits(i) for i in range(m)])
     e.rollback(200)
     plain = []
-    for t in rows:  # the plain steps at the 8-row verify's positions
+    for t in rows:  # the plain steps at the 16-row verify's positions
         e.decode([t], all_logits=False)
         plain.append(e.logits(-1).copy())
     res["plain"] = np.stack(plain)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             row.update({"max_abs_by_m": diff, "greedy_equal": bool((g["greedy"] == ref["greedy"]).all()),
                         "same_bits": all(v == 0.0 for v in diff.values())})
             same_all &= row["same_bits"]
-            print(f"{name} vs {ref_name}: " + ("the same bits at every m = 1..8" if row["same_bits"] else
+            print(f"{name} vs {ref_name}: " + (f"the same bits at every m = 1..{last}" if row["same_bits"] else
                   "differs: max |Δlogit| " + ", ".join(f"m={m} {v:.3g}" for m, v in diff.items()))
                   + f"; greedy 64 tokens {'equal' if row['greedy_equal'] else 'differ'}", file=sys.stderr)
         report["builds"][name] = row

@@ -60,3 +60,17 @@ def test_the_installed_ggml_cpu_as_the_reference_is_refused(tmp_path):
 def test_portable_and_a_build_named_portable_is_refused():
     with pytest.raises(SystemExit, match="--portable and a build named portable= or unpatched="):
         bvk.main(["--portable", "portable=/nowhere"])
+
+
+@pytest.mark.parametrize("m_max", ["7", "16"])
+def test_an_m_max_below_the_targets_or_at_the_amortised_rows_is_refused(m_max):
+    """--m-max times verify(m) for m = 1..M: fewer than the targets' 1..8 would drop a target,
+    and m = 16 is timed already as the first of the amortised rows (the keys would collide)."""
+    with pytest.raises(SystemExit, match=f"--m-max {m_max}: .*\nfix: give --m-max between 8 and 15"):
+        bvk.main(["--m-max", m_max])
+
+
+def test_m_max_sets_the_verify_rows_timed():
+    ap_args = bvk.argparse.Namespace(m_max=12)
+    assert bvk.m_values(ap_args) == tuple(range(1, 13))
+    assert bvk.M_VALUES == tuple(range(1, 9))  # the targets' m stay the default

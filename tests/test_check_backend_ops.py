@@ -56,7 +56,7 @@ def test_the_check_trees_are_the_pinned_sources_with_and_without_the_patches(tmp
     patched = cbo.tree(tmp_path, patched=True, log=log)
     plain = cbo.tree(tmp_path, patched=False, log=log)
     sgemm = "ggml/src/ggml-cpu/llamafile/sgemm.cpp"
-    assert "gemm4xAll" in (patched / sgemm).read_text() and "gemm4xAll" not in (plain / sgemm).read_text()
+    assert "gemm1xN<8, 8>" in (patched / sgemm).read_text() and "gemm1xN<8, 8>" not in (plain / sgemm).read_text()
     for t in (patched, plain):
         assert "min_batch = 1;  // labkit check" in (t / "ggml/src/ggml-blas/ggml-blas.cpp").read_text()
     assert cbo.tree(tmp_path, patched=True, log=log) == patched

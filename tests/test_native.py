@@ -247,7 +247,7 @@ def test_the_patches_apply_to_the_pinned_sources_and_are_recorded(tmp_path):
     before = f.read_text()
     applied = native.apply_patches(src, tmp_path / "build.log")
     assert [p["name"] for p in applied] == list(native.PATCHES)
-    assert "gemm4xAll" in f.read_text() and "gemm4xAll" not in before
+    assert "gemm1xN<8, 8>" in f.read_text() and "gemm1xN<8, 8>" not in before
     p = applied[0]
     assert p["sha256"] == native.sha256(native.PATCHES_DIR / p["name"])
     assert "ggml-org/llama.cpp#10714" in p["upstream"] and "ggml-org/llama.cpp#10343" in p["upstream"]
@@ -260,7 +260,7 @@ def test_a_patch_that_no_longer_applies_stops_the_build_with_the_fix(tmp_path):
     with pytest.raises(LabkitError, match="does not apply to the pinned sources") as e:
         native.apply_patches(src, tmp_path / "build.log")
     assert "ggml-org/llama.cpp#10714" in e.value.fix and "native.PATCHES" in e.value.fix
-    assert "gemm4xAll" not in f.read_text()  # all or nothing: the tree is left as it was
+    assert "gemm1xN<8, 8>" not in f.read_text()  # all or nothing: the tree is left as it was
 
 
 def test_another_patch_is_another_cached_build(tmp_path, monkeypatch):
