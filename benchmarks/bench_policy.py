@@ -7,7 +7,9 @@ permutation (numpy default_rng(27), 27 = the issue) per workload is cut into set
 ``--per-workload`` prompts, and ``--set`` picks which one (set 0 and set 1 are disjoint).
 
 Arms, in a fresh random order every round on every prompt (``measure.order``): plain
-(k = 0), ngram at fixed k = 1..4, and ngram with the priced policy (``auto``, k_max 8).
+(k = 0), the A/A control (``aa``: plain again, its ratio to plain is the run's own noise;
+``decide.aa_problem`` says when it makes the verdicts unreliable), ngram at fixed k = 1..4,
+and ngram with the priced policy (``auto``, k_max 8).
 The policy is one object for the whole run (it learns online across prompts, as a
 server would; round 0 is an unrecorded warm-up that it also learns from); it prices
 steps with verify(m) measured at the start of this run. Each ratio (arm/plain, auto/best
@@ -172,7 +174,7 @@ def main() -> None:
         lookup = LlamaPromptLookupDecoding(num_pred_tokens=peer_ks[0])
         peer = (llama_cpp.Llama(**kw, draft_model=lookup), lookup)
 
-    arms = [("plain", 0)] + [(f"k{k}", k) for k in FIXED] + [("auto", K_MAX)] + \
+    arms = [("plain", 0), ("aa", 0)] + [(f"k{k}", k) for k in FIXED] + [("auto", K_MAX)] + \
         ([("auto_line", K_MAX)] if args.line_arm else [])
     rows, auto_recs, identical, divergences = [], [], {}, []
     i_round = 0
@@ -224,7 +226,8 @@ def main() -> None:
         vs_plain = {a: est(pairs(w, a, "plain", "e2e_tok_s")) for a, _ in arms if a != "plain"}
         best = max((f"k{k}" for k in FIXED), key=lambda a: vs_plain[a]["ratio"])
         g = warm[warm.workload == w]
-        out = {"vs_plain_e2e": vs_plain, "best_fixed": best,
+        aa = decide.estimate(pd.DataFrame(pairs(w, "aa", "plain", "e2e_tok_s")), margin=0.02, confidence=0.95)
+        out = {"vs_plain_e2e": vs_plain, "best_fixed": best, "aa_problem": decide.aa_problem(aa),
                "auto_vs_best_fixed_e2e": est(pairs(w, "auto", best, "e2e_tok_s")),
                "median_tok_s": g.groupby("arm")["e2e_tok_s"].median().dropna().to_dict(),
                "auto_mean_j": float(g[g.arm == "auto"]["mean_j"].mean()),
@@ -239,9 +242,12 @@ def main() -> None:
             out["auto_vs_best_peer_decode"] = est(pairs(w, "auto", best_peer, "decode_tok_s"))
             out["best_fixed_vs_best_peer_decode"] = est(pairs(w, best, best_peer, "decode_tok_s"))
         per_workload[w] = out
-        log(f"{w}: auto vs plain {vs_plain['auto']['ratio']:.3f} [{vs_plain['auto']['lo']:.3f}, "
-            f"{vs_plain['auto']['hi']:.3f}]; vs {best} {out['auto_vs_best_fixed_e2e']['ratio']:.3f}")
-    pooled = {}
+        log(f"{w}: auto vs plain {said(vs_plain['auto'])}; vs {best} {said(out['auto_vs_best_fixed_e2e'])}; "
+            f"A/A {said(vs_plain['aa'])}" + (f" ({out['aa_problem']}: these verdicts are unreliable)"
+                                             if out["aa_problem"] else ""))
+    pooled = {"aa_vs_plain_e2e": est([x for w in sets for x in pairs(w, "aa", "plain", "e2e_tok_s")]),
+              "auto_vs_plain_e2e": est([x for w in sets for x in pairs(w, "auto", "plain", "e2e_tok_s")])}
+    log(f"all workloads: auto vs plain {said(pooled['auto_vs_plain_e2e'])}; A/A {said(pooled['aa_vs_plain_e2e'])}")
     if args.line_arm:  # every workload's prompts together: the pricing's effect over the whole traffic
         pooled["auto_vs_auto_line_e2e"] = est([x for w in sets for x in pairs(w, "auto", "auto_line", "e2e_tok_s")])
         log(f"auto (each m at its median) vs auto_line (the fitted line), all workloads: "
@@ -261,7 +267,7 @@ def main() -> None:
                        "V_line_ms": [float(vm.fitted(m)) for m in range(1, K_MAX + 2)],
                        "source": f"measured at the start of this run ({args.verify_rounds} rounds, KV depth 200)"},
         "per_workload": per_workload,
-        **({"pooled": pooled} if pooled else {}),
+        "pooled": pooled,
         "auto_j_histogram": {int(k): int(v) for k, v in chosen.items()},
         "calibration": cal.to_dict(orient="records"),
         "calibration_verdict": calibration.verdict(cal),
@@ -326,6 +332,10 @@ def at_concurrency(args, sets: dict, art, vm, recipe) -> dict:
         "pooled": {a: _est_dict(decide.estimate(pd.concat(ps, ignore_index=True))) for a, ps in pooled.items()},
         "provenance": fingerprint.collect(),
     }
+
+
+def said(d: dict) -> str:
+    return f"{d['line']}, {d['verdict']}"
 
 
 def _est_dict(e) -> dict:
