@@ -124,8 +124,12 @@ def explain(eng, ids, outs: dict, identical: dict, **where) -> list[dict]:
     return out
 
 
+def estimate(pairs: list[dict]):
+    return decide.estimate(pd.DataFrame(pairs), margin=0.02, confidence=0.95)
+
+
 def est(pairs: list[dict]) -> dict:
-    return _est_dict(decide.estimate(pd.DataFrame(pairs), margin=0.02, confidence=0.95))
+    return _est_dict(estimate(pairs))
 
 
 def main() -> None:
@@ -223,11 +227,11 @@ def main() -> None:
 
     per_workload = {}
     for w in sets:
-        vs_plain = {a: est(pairs(w, a, "plain", "e2e_tok_s")) for a, _ in arms if a != "plain"}
+        ests = {a: estimate(pairs(w, a, "plain", "e2e_tok_s")) for a, _ in arms if a != "plain"}
+        vs_plain = {a: _est_dict(e) for a, e in ests.items()}
         best = max((f"k{k}" for k in FIXED), key=lambda a: vs_plain[a]["ratio"])
         g = warm[warm.workload == w]
-        aa = decide.estimate(pd.DataFrame(pairs(w, "aa", "plain", "e2e_tok_s")), margin=0.02, confidence=0.95)
-        out = {"vs_plain_e2e": vs_plain, "best_fixed": best, "aa_problem": decide.aa_problem(aa),
+        out = {"vs_plain_e2e": vs_plain, "best_fixed": best, "aa_problem": decide.aa_problem(ests["aa"]),
                "auto_vs_best_fixed_e2e": est(pairs(w, "auto", best, "e2e_tok_s")),
                "median_tok_s": g.groupby("arm")["e2e_tok_s"].median().dropna().to_dict(),
                "auto_mean_j": float(g[g.arm == "auto"]["mean_j"].mean()),
@@ -245,14 +249,16 @@ def main() -> None:
         log(f"{w}: auto vs plain {said(vs_plain['auto'])}; vs {best} {said(out['auto_vs_best_fixed_e2e'])}; "
             f"A/A {said(vs_plain['aa'])}" + (f" ({out['aa_problem']}: these verdicts are unreliable)"
                                              if out["aa_problem"] else ""))
-    pooled = {"aa_vs_plain_e2e": est([x for w in sets for x in pairs(w, "aa", "plain", "e2e_tok_s")]),
-              "auto_vs_plain_e2e": est([x for w in sets for x in pairs(w, "auto", "plain", "e2e_tok_s")])}
+
+    def everywhere(arm, base):  # every workload's prompts together
+        return est([x for w in sets for x in pairs(w, arm, base, "e2e_tok_s")])
+
+    pooled = {"aa_vs_plain_e2e": everywhere("aa", "plain"), "auto_vs_plain_e2e": everywhere("auto", "plain")}
     log(f"all workloads: auto vs plain {said(pooled['auto_vs_plain_e2e'])}; A/A {said(pooled['aa_vs_plain_e2e'])}")
     if args.line_arm:  # every workload's prompts together: the pricing's effect over the whole traffic
-        pooled["auto_vs_auto_line_e2e"] = est([x for w in sets for x in pairs(w, "auto", "auto_line", "e2e_tok_s")])
+        pooled["auto_vs_auto_line_e2e"] = everywhere("auto", "auto_line")
         log(f"auto (each m at its median) vs auto_line (the fitted line), all workloads: "
-            f"{pooled['auto_vs_auto_line_e2e']['ratio']:.3f} [{pooled['auto_vs_auto_line_e2e']['lo']:.3f}, "
-            f"{pooled['auto_vs_auto_line_e2e']['hi']:.3f}]")
+            f"{said(pooled['auto_vs_auto_line_e2e'])}")
     samples = calibration.samples([r for _, rs in auto_recs for r in rs], drafter="ngram")
     cal = calibration.table(samples, by=["drafter"])
     chosen = pd.Series([x.policy_j for _, rs in auto_recs for x in rs[1:]]).value_counts().sort_index()
