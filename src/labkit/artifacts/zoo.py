@@ -237,7 +237,7 @@ def _derived(spec: ModelSpec, *, rebuild: bool) -> ModelArtifact:
     made = _read_made(path)
     if path.exists() and not rebuild and made.get("source_sha256") == src.sha256:
         return ModelArtifact(spec.name, path, hash_artifact(path), path.stat().st_size, "derived", made=made)
-    from labkit.engines.llamacpp import quantize
+    from labkit.engines.llamacpp_lib import quantize
 
     t0 = time.perf_counter()
     tmp = path.with_name(path.name + ".partial")  # one builder at a time: get() holds its lock

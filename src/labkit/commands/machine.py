@@ -52,7 +52,7 @@ def log_run(profile: dict, *, name: str = "machine-probe", table=None) -> str | 
 
 def main(argv=None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    from labkit.engines.llamacpp import build_info
+    from labkit.engines.llamacpp_lib import build_info
     from labkit.measure import machine
     from labkit.provenance.fingerprint import host_info
 

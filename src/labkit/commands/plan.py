@@ -93,7 +93,7 @@ def _acceptance(text: str | None, drafter: str) -> dict:
 
 
 def _host_build() -> tuple[dict, dict]:
-    from labkit.engines.llamacpp import build_info
+    from labkit.engines.llamacpp_lib import build_info
     from labkit.provenance.fingerprint import host_info
 
     return host_info(), build_info()

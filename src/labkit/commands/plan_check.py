@@ -8,7 +8,7 @@ from labkit.commands import output, progress
 def run(args=None, *, rounds: int = 8, sweep: bool = True) -> int:
     """Predict this box's models, measure them, print both with the error, keep the residual."""
     from labkit.commands.machine import log_run
-    from labkit.engines.llamacpp import build_info
+    from labkit.engines.llamacpp_lib import build_info
     from labkit.measure import machine, plancheck
     from labkit.provenance.fingerprint import host_info
 

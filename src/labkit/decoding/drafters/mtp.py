@@ -108,7 +108,7 @@ class _MTPContext:
         cp.ctx_other = target.ctx
         self.ctx = lc.llama_init_from_model(target.model, cp)
         if not self.ctx:
-            from labkit.engines.llamacpp import recent_log
+            from labkit.engines.llamacpp_lib import recent_log
 
             raise EngineError(f"llama.cpp could not create the MTP context: {recent_log(4)}", "lower n_ctx")
         self.mem = lc.llama_get_memory(self.ctx)
@@ -144,7 +144,7 @@ class _MTPContext:
                     lc.llama_batch_ext_set_output_logits(b, idx, True)
             rc = lc.llama_process(self.ctx, lc.LLAMA_PROCESS_TYPE_DECODE, b)
             if rc != 0:
-                from labkit.engines.llamacpp import recent_log
+                from labkit.engines.llamacpp_lib import recent_log
 
                 lc.llama_memory_seq_rm(self.mem, 0, pos0 + off, -1)
                 raise EngineError(f"MTP decode returned {rc} at position {pos0 + off}: {recent_log(4)}",
