@@ -70,6 +70,24 @@ class Collect:
         return {"origin": "here"}
 
 
+def test_the_terminal_watcher_gives_an_eta_only_while_planned_arms_remain(tmp_path):
+    """What `labkit reproduce` prints from a notebook's journal: done/planned with the ETA
+    while arms remain, and no "ETA 0m00s" once the planned ones are done (a search then plans
+    its next round: the count goes on)."""
+    journal = tmp_path / "arms.jsonl"
+    said: list[str] = []
+    entries = [("a", 1, 2, 36.0), ("b", 2, 2, 0.0), ("c", 3, 5, 50.0)]
+    with arm_journal.JournalWatcher(journal, said.append, label="02| ", every_s=0.0, poll_s=0.02):
+        for key, done, planned, eta in entries:
+            with open(journal, "a") as f:
+                f.write(json.dumps({"type": "arm", "kind": "sweep", "key": key, "done": done, "planned": planned,
+                                    "eta_s": eta}) + "\n")
+            deadline = time.monotonic() + 10
+            while len(said) < done and time.monotonic() < deadline:
+                time.sleep(0.02)
+    assert said == ["02| arms sweep: 1/2 · ETA 0m36s", "02| arms sweep: 2/2", "02| arms sweep: 3/5 · ETA 0m50s"]
+
+
 # -- the measurement layer ------------------------------------------------------------------
 @pytest.mark.slow
 def test_k_sweep_skips_journaled_arms_and_keeps_the_order(engine):

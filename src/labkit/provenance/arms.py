@@ -174,7 +174,7 @@ class ArmBook:
         if done < planned and now - self._said < SAY_EVERY_S:
             return
         self._said = now
-        self._say(f"arms {kind}: {done}/{planned}" + (f" · ETA {fmt_s(eta)}" if eta is not None else ""))
+        self._say(progress_text(kind, done, planned, eta))
 
     def plan(self, kind: str, keys: list[str]) -> None:
         k = self.kind(kind)
@@ -247,6 +247,13 @@ def read_arms(c, run, kind: str) -> dict[str, dict]:
             if e.get("type") == "arm" and e.get("kind") == kind and e.get("run") == run_key:
                 out.setdefault(e["key"], e)
     return out
+
+
+def progress_text(kind: str, done: int, planned: int, eta: float | None) -> str:
+    """``arms sweep: 431/454 · ETA 0m36s``. No ETA once every planned arm is done: a search
+    plans its rounds one at a time, so "ETA 0m00s" there would read as the notebook's end
+    while the next round is about to be planned."""
+    return f"arms {kind}: {done}/{planned}" + (f" · ETA {fmt_s(eta)}" if eta is not None and done < planned else "")
 
 
 def journal_progress(path: Path, offset: int) -> tuple[list[dict], int]:
@@ -340,5 +347,4 @@ class JournalWatcher:
             now = time.monotonic()
             if now - self._said >= self.every_s or last["done"] >= last["planned"]:
                 self._said = now
-                self.say(f"{self.label}arms {last['kind']}: {last['done']}/{last['planned']}"
-                         + (f" · ETA {fmt_s(last['eta_s'])}" if last.get("eta_s") is not None else ""))
+                self.say(self.label + progress_text(last["kind"], last["done"], last["planned"], last.get("eta_s")))
