@@ -123,8 +123,9 @@ class VerifyModel:
     verify(m) is a staircase, not a line, and one step of it drags the whole fit. On the Intel
     box of 2026-12-06 with labkit's kernel (02's bench, m = 1..9, 16 rounds) the medians read
     17.4, 20.1, 22.2, 25.0, 28.8, 31.1, 34.7, 40.0 and 61.1 ms (m = 9 then left the patch's
-    small-batch path; since 2026-12-07 9..16 rows take it too, but any tiled kernel can step), and the line with its odd-m term priced 17.4, 15.0, 22.9, 24.4, 32.2,
-    33.7, 41.6, 43.1 and 50.9: two rows cheaper than one (-25%), seven rows +20%, nine -17%.
+    small-batch path; since 2026-12-07 9..16 rows take it too, but any tiled kernel can
+    step), and the line with its odd-m term priced 17.4, 15.0, 22.9, 24.4, 32.2, 33.7, 41.6,
+    43.1 and 50.9: two rows cheaper than one (-25%), seven rows +20%, nine -17%.
     The line stays what 01 reports (a, b, the odd-m extra) and what ``fitted`` returns."""
 
     H: float

@@ -95,7 +95,7 @@ def build_info() -> dict:
         info.update(json.loads(path.read_text()))
     else:
         info["cmake_args"] = "unknown: llama-cpp-python was not built by labkit's setup"
-    loaded = _loadedlib()
+    loaded = _loaded_lib()
     if loaded.get("one_build") is False:
         # another library than the installed build (LLAMA_CPP_LIB_PATH): its flags and
         # patches are that build's own record where it is a labkit build, else unknown;
@@ -123,7 +123,7 @@ def _build_record(lib_path: str | None) -> dict:
     return (native.find(Path(lib_path).resolve().parent.parent.parent) or {}) if lib_path else {}
 
 
-def _loadedlib() -> dict:
+def _loaded_lib() -> dict:
     """The libllama this process loaded (path, sha256) and whether it is the file the tools
     of labkit's one llama.cpp build link (``artifacts.native``); a different one
     (``LLAMA_CPP_LIB_PATH`` set to another build) is recorded and warned about once."""
