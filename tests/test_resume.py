@@ -38,9 +38,12 @@ from labkit.suites.workloads import load_workload
 # at the first losing step)
 # the full grid without the A/A arm: the resume mechanics, not the verdicts, are under test here
 # (the A/A arm is an arm like any other: same keys, same journal)
-# 3 prompts x (the cold plain run + one warm round of 2 arms) = 9 arms
-TINY = {"k": [0, 2], "workloads": ["edit"], "prompts_per_workload": 3, "runs": 1, "max_tokens": 16,
+# 5 prompts x (the cold plain run + one warm round of 2 arms) = 15 arms. The chain signals a run
+# after 2 arms of its own: the rest (11 in B) are the margin for the signal's way to the kernel
+# (with 3 prompts a CI box once finished B's 5 remaining arms before the signal landed)
+TINY = {"k": [0, 2], "workloads": ["edit"], "prompts_per_workload": 5, "runs": 1, "max_tokens": 16,
         "drafters": ["ngram"], "temperatures": [0.0], "protocol": "full", "aa_control": False}
+PLANNED = TINY["prompts_per_workload"] * 3
 ARM = ["prompt", "temperature", "run", "drafter", "k"]  # what identifies an arm in the sweep-runs table
 SRC = Path(labkit.__file__).resolve().parents[1]
 
@@ -159,6 +162,29 @@ def test_drift_table_flags_a_moved_box():
     assert arm_journal.drift_table(rows("A", [10.0, 40.0], cold_first=True)) == []
 
 
+def test_a_run_that_inherited_every_arm_still_checks_its_seams():
+    """A resumed run whose arms all came from earlier runs (the sweep had finished before the
+    last interruption) measures nothing, yet its table joins two runs' arms: the seam is checked."""
+    # SYNTHETIC journal entries of two earlier runs
+    def entries(origin, keys, tok_s):
+        return {k: {"row": {"k": 0, "cold": False, "decode_tok_s": tok_s, "origin": origin}} for k in keys}
+
+    book = arm_journal.ArmBook(client=None, run_id="r", run_key="C", journal=lambda e: None,
+                               mlflow=lambda fn: None, say=lambda m: None)
+    book.plan("sweep", ["a1", "a2", "b1", "b2"])
+    book.inherit("sweep", {**entries("A", ["a1", "a2"], 40.0), **entries("B", ["b1", "b2"], 20.0)}, source="B")
+    assert book.kind("sweep").measured == 0
+    assert book.drift_due() == ["sweep"] and book.drift_due() == []  # once
+    (seam,) = arm_journal.drift_table(book.rows_in_order("sweep"))
+    assert seam["before"] == "A" and seam["after"] == "B" and seam["moved"]
+    # one origin: no seam to check
+    one = arm_journal.ArmBook(client=None, run_id="r", run_key="C", journal=lambda e: None,
+                              mlflow=lambda fn: None, say=lambda m: None)
+    one.plan("sweep", ["a1", "a2"])
+    one.inherit("sweep", entries("A", ["a1", "a2"], 40.0), source="A")
+    assert one.drift_due() == []
+
+
 def test_differences_name_what_changed():
     # SYNTHETIC tags of an earlier run
     r = effective_recipe({"recipe": "default", **TINY})
@@ -205,15 +231,17 @@ def _journal_arms(path: Path) -> list[dict]:
 
 def _interrupt(out: Path, argv: list[str], how: str, after_arms: int) -> dict:
     """Run ``labkit reproduce`` (``argv``) into ``out``; interrupt it (``how``) once its
-    journal holds ``after_arms`` arms measured by it; wait until it and its kernel are gone."""
+    journal holds ``after_arms`` sweep arms measured by it; wait until it and its kernel are
+    gone. ``at_signal``: the sweep arms it had measured when the signal was sent."""
     journal = out / "02_k_sweep.cells.jsonl"
     proc = subprocess.Popen(_cli("--only", "02_k_sweep", "--out", str(out), *argv), env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     seen: set[int] = set()  # every process ever under the reproduction, killed if left over
     try:
         end = time.monotonic() + 1200  # a loaded 2-core box takes minutes to start a kernel
-        while len(_journal_arms(journal)) < after_arms:
-            assert proc.poll() is None, f"the reproduction ended before {after_arms} arms: {proc.communicate()}"
+        while len(_measured(journal)) < after_arms:
+            assert proc.poll() is None, (f"the reproduction ended before {after_arms} sweep arms of its own (had the "
+                                         f"run it resumes finished the sweep after its signal?): {proc.communicate()}")
             assert time.monotonic() < end, "no arms journaled in time"
             seen.update(procs.descendants(proc.pid))
             time.sleep(0.05)
@@ -221,6 +249,7 @@ def _interrupt(out: Path, argv: list[str], how: str, after_arms: int) -> dict:
         kernels = procs.kernels(proc.pid)
         assert kernels, "no kernel under the reproduction"
         kernel = kernels[0]
+        at_signal = len(_measured(journal))
         if how == "kernel":
             os.kill(kernel, signal.SIGKILL)
         else:
@@ -229,7 +258,8 @@ def _interrupt(out: Path, argv: list[str], how: str, after_arms: int) -> dict:
         # a kernel whose reproduction died notices it and exits (ipykernel's parent poller)
         left = procs.wait_gone([kernel], 60)
         assert not left, f"the kernel {kernel} outlived its reproduction ({how})"
-        return {"journal": journal, "rc": proc.returncode, "stderr": stderr, "stdout": stdout, "out": out}
+        return {"journal": journal, "rc": proc.returncode, "stderr": stderr, "stdout": stdout, "out": out,
+                "at_signal": at_signal}
     finally:
         for p in [proc.pid, *seen]:
             if procs.alive(p):
@@ -265,7 +295,7 @@ def baseline(store):
     c = tracking.client()
     run = c.get_run(s["results"][0]["run_id"])
     t = run.data.tags
-    assert t["arms.done"] == t["arms.planned"] and t["arms.sweep.done"] == t["arms.sweep.planned"] == "9"
+    assert t["arms.done"] == t["arms.planned"] and t["arms.sweep.done"] == t["arms.sweep.planned"] == str(PLANNED)
     return _table(c, run, "sweep-runs")
 
 
@@ -296,15 +326,22 @@ def _measured(journal: Path) -> set[str]:
     return {e["key"] for e in _journal_arms(journal) if e["kind"] == "sweep"}
 
 
-def _check_kept(c, run, measured: set[str], inherited: set[str]) -> None:
-    """Every arm the run journaled (and inherited) is in the store; the sweep was cut short."""
+def _check_kept(c, run, step: dict, inherited: set[str]) -> None:
+    """Every arm the run journaled (and inherited) is in the store; the sweep was cut short
+    there: at most the arm running when the signal was sent, and one more finished after it."""
     assert resume.interrupted(run), run.info.status
     kept = arm_journal.read_arms(c, run, "sweep")
+    measured = _measured(step["journal"])
     assert measured and set(kept) == measured | inherited, "every completed arm is found again"
+    assert len(measured) <= step["at_signal"] + 2, (
+        f"the kernel went on measuring after the signal: {step['at_signal']} arms then, {len(measured)} in all; "
+        + step["stderr"][-2000:])
     in_store = {a.path.rsplit("/", 1)[-1][: -len(".json")] for a in c.list_artifacts(run.info.run_id, "arms/sweep")}
     # an arm goes to the local journal first: only one being written at the kill may be missing from MLflow
     assert in_store <= set(kept) and len(set(kept) - in_store) <= 1
-    assert 0 < len(kept) < int(run.data.tags["arms.sweep.planned"]) == 9, "interrupted in the sweep"
+    assert 0 < len(kept) < int(run.data.tags["arms.sweep.planned"]) == PLANNED, (
+        f"interrupted in the sweep: {len(inherited)} inherited, {step['at_signal']} measured at the signal, "
+        f"{len(kept)} of {PLANNED} kept")
 
 
 @pytest.mark.slow  # papermill sweep, interrupted
@@ -315,9 +352,9 @@ def test_sigint_keeps_every_completed_arm(chain):
     assert a.info.status in ("KILLED", "FAILED"), chain["A"]["stderr"][-2000:]
     assert chain["A"]["rc"] in (130, 1)
     measured = _measured(chain["A"]["journal"])
-    _check_kept(c, a, measured, set())
+    _check_kept(c, a, chain["A"], set())
     shown = show(a.data.tags["lab.id"])
-    assert shown["arms"]["sweep.planned"] == "9" and int(shown["arms"]["sweep.done"]) >= len(measured) - 1
+    assert shown["arms"]["sweep.planned"] == str(PLANNED) and int(shown["arms"]["sweep.done"]) >= len(measured) - 1
 
 
 @pytest.mark.slow  # papermill sweep, interrupted
@@ -327,7 +364,7 @@ def test_sigterm_keeps_every_completed_arm(chain):
     c, b = tracking.client(), chain["runs"]["B"]
     assert b.info.status in ("KILLED", "FAILED", "RUNNING"), chain["B"]["stderr"][-2000:]
     assert b.data.tags["resume.from"] == chain["runs"]["A"].data.tags["lab.id"]
-    _check_kept(c, b, _measured(chain["B"]["journal"]), set(arm_journal.read_arms(c, chain["runs"]["A"], "sweep")))
+    _check_kept(c, b, chain["B"], set(arm_journal.read_arms(c, chain["runs"]["A"], "sweep")))
 
 
 @pytest.mark.slow  # papermill sweep, interrupted
@@ -336,7 +373,7 @@ def test_a_killed_kernel_keeps_every_completed_arm(chain):
     assert r.info.status == "FAILED" and chain["C"]["rc"] == 1
     # resumed by default: the newest interrupted run with arms (B), not the refused X, which kept none
     assert r.data.tags["resume.from"] == chain["runs"]["B"].data.tags["lab.id"]
-    _check_kept(c, r, _measured(chain["C"]["journal"]), set(arm_journal.read_arms(c, chain["runs"]["B"], "sweep")))
+    _check_kept(c, r, chain["C"], set(arm_journal.read_arms(c, chain["runs"]["B"], "sweep")))
 
 
 @pytest.mark.slow  # papermill sweep, interrupted
@@ -358,7 +395,7 @@ def test_resumed_run_equals_an_uninterrupted_one(chain, baseline, store):
     new = runs["D"]
     tags = new.data.tags
     assert tags["resume.from"] == runs["C"].data.tags["lab.id"] and summary["results"][0]["resumed_from"]
-    assert tags["arms.sweep.done"] == tags["arms.sweep.planned"] == "9"
+    assert tags["arms.sweep.done"] == tags["arms.sweep.planned"] == str(PLANNED)
     table = _table(c, new, "sweep-runs")
     # the same arm set as an uninterrupted run, each arm once, and the same greedy generations
     assert sorted(map(tuple, table[ARM].values.tolist())) == sorted(map(tuple, baseline[ARM].values.tolist()))
@@ -367,7 +404,7 @@ def test_resumed_run_equals_an_uninterrupted_one(chain, baseline, store):
     assert (merged["tokens"] == merged["tokens_base"]).all() and (merged["accepted"] == merged["accepted_base"]).all()
     # each arm measured exactly once across the chain, and its origin is the run that measured it
     measured = {name: _measured(store / name / "02_k_sweep.cells.jsonl") for name in "ABCD"}
-    assert sum(len(m) for m in measured.values()) == 9 and set().union(*measured.values()) == set(
+    assert sum(len(m) for m in measured.values()) == PLANNED and set().union(*measured.values()) == set(
         arm_journal.read_arms(c, new, "sweep"))
     keys = {tuple(r[a] for a in ARM): r for r in table.to_dict("records")}
     for name, ms in measured.items():

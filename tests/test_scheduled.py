@@ -135,8 +135,10 @@ def test_cell_timeout_fails_the_run_keeps_its_records_and_stops_the_kernel(store
     # leaves twice that and keeps the wait short
     recipe = tiny.recipe_file(tmp_path / "tiny.yaml", cell_timeout_s=12)
     t0 = time.monotonic()
-    summary = rp.reproduce(recipe=recipe, only=["81"], out_dir=str(tmp_path / "out"))
+    said: list[str] = []
+    summary = rp.reproduce(recipe=recipe, only=["81"], out_dir=str(tmp_path / "out"), progress=said.append)
     assert time.monotonic() - t0 < 300
+    assert any(m.startswith("81_hangs: cell 5/6 failed (") for m in said), said  # papermill adds the parameters cell; not "done"
     r = summary["results"][0]
     assert not summary["ok"] and r["status"] == "FAILED"
     assert "cell_timeout_s = 12 s" in r["error"] and "time.sleep(150)" in r["error"]
@@ -204,6 +206,7 @@ def test_sigterm_marks_the_run_killed_uploads_its_records_and_leaves_no_kernel(s
     run, kernels, out, err = _signal_when_sleeping(p, c, "84_term", signal.SIGTERM)
     assert p.returncode == 143, err[-2000:]
     assert "terminated (SIGTERM)" in err
+    assert "84_term: cell 5/6 interrupted (" in err and "cell 5/6 done" not in err
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["interrupted"] == "Terminated" and summary["ok"] is False
     final = c.get_run(run.info.run_id)

@@ -8,6 +8,9 @@ runs. This engine, registered with papermill as ``labkit``, adds:
   enforced by nbclient's own per-cell timeout (``timeout_func``: each cell gets the
   smaller of its limit and the time left), so a timeout raises ``CellTimeoutError``
   through papermill's normal path and nbclient shuts the kernel down as usual;
+* on Ctrl-C or SIGTERM, the kernel interrupted at once (papermill would first save the
+  notebook and nbclient then ask a busy kernel to shut down, while the cell went on
+  measuring);
 * progress on stderr: ``cell i/n`` as each code cell finishes, and every line the
   notebook prints (the k sweep's arm counter, for one) prefixed with the notebook's
   name. stdout stays for the command's JSON.
@@ -73,14 +76,34 @@ def register() -> str:
         labkit_name: str = ""
 
         def execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
-            t0 = time.perf_counter()
+            t0, outcome = time.perf_counter(), "done"
             try:
                 return super().execute_cell(cell, cell_index, execution_count, store_history)
+            except BaseException as e:
+                outcome = "failed" if isinstance(e, Exception) else "interrupted"
+                if outcome == "interrupted":  # Ctrl-C, SIGTERM: stop the cell before anything else
+                    self.labkit_interrupt()
+                raise
             finally:
                 if cell.cell_type == "code" and self.labkit_progress:
                     code = [i for i, c in enumerate(self.nb.cells) if c.cell_type == "code"]
                     self.labkit_progress(f"{self.labkit_name}: cell {code.index(cell_index) + 1}/{len(code)} "
-                                         f"done ({time.perf_counter() - t0:.1f} s)")
+                                         f"{outcome} ({time.perf_counter() - t0:.1f} s)")
+
+        def labkit_interrupt(self) -> None:
+            """SIGINT to the kernel's process group now: the running cell raises KeyboardInterrupt
+            at its next line, so it measures nothing more while papermill saves the notebook and
+            nbclient shuts the kernel down (which interrupts it again, then asks it to exit)."""
+            from nbclient.util import ensure_async, run_sync
+
+            async def interrupt():
+                if self.km is not None and await ensure_async(self.km.is_alive()):
+                    await ensure_async(self.km.interrupt_kernel())
+
+            try:
+                run_sync(interrupt)()
+            except Exception:  # the shutdown that follows still stops it
+                pass
 
     class LabkitEngine(NBClientEngine):
         """Papermill's nbclient engine with ``limits`` and ``progress`` (see the module doc)."""
