@@ -93,8 +93,9 @@ vm = costmodel.fit_verify_model(costmodel.verify_frame(ver))
 replay_of = measure_search.predict if R.protocol == "search" else measure_protocol.predict  # the search prunes
 pred = replay_of(engine, choose, drafters=arms, ks=R.k, max_tokens=R.max_tokens, V=vm.V, H=vm.H, progress=lab.progress)
 lab.table("replay-prediction", pred["per_prompt"], display=False)
-print(f"not replayable (measured only): {pred['not_replayable']}"
-      + "".join(f"\nnot replayed: {d}: {why}" for d, why in pred.get("pruned", {}).items()))
+said = ([f"not replayable (measured only): {', '.join(map(str, pred['not_replayable']))}"]
+        if pred["not_replayable"] else []) + [f"not replayed: {d}: {why}" for d, why in pred.get("pruned", {}).items()]
+print("\n".join(said) or "every drafter replayed")
 
 # %% [markdown]
 # ## The protocol
@@ -212,6 +213,7 @@ judged = pred_cells[pred_cells["inside_ci"].notna()]
 inside = float(judged["inside_ci"].astype(bool).mean()) if len(judged) else float("nan")
 lab.metric("costmodel/inside_ci", inside)
 lab.figure("predicted_vs_measured", pred_cells[pred_cells["temperature"] == 0], name="predicted-vs-measured")
+losing = pred_cells[pred_cells["losing_term"].notna()][["drafter", "workload", "k", "losing_term"]]
 print(f"cost model: the predicted speedup lies inside the measured 95% CI for {inside:.0%} of {len(judged)} "
-      "speculative cells; losing cells and their dominant term:")
-print(pred_cells[pred_cells["losing_term"].notna()][["drafter", "workload", "k", "losing_term"]].to_string(index=False))
+      "speculative cells; " + (f"losing cells and their dominant term:\n{losing.to_string(index=False)}"
+                               if len(losing) else "no cell predicted to lose"))

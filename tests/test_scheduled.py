@@ -150,6 +150,42 @@ def test_cell_timeout_fails_the_run_keeps_its_records_and_stops_the_kernel(store
     assert procs.kernels(os.getpid()) == []
 
 
+def test_pace_reads_the_cell_times_papermill_recorded():
+    from labkit.provenance import pace
+
+    # SYNTHETIC executed notebook: a markdown cell, four code cells (one never ran)
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}},
+                    *({"cell_type": "code", "metadata": {"papermill": {"duration": d}}} for d in (0.5, 90.0, 3.0)),
+                    {"cell_type": "code", "metadata": {}}]}
+    p = pace.Pace("LAB:02-abcdef-xyz12", pace.cell_durations(nb))
+    assert p.cells == (0.5, 90.0, 3.0, None) and p.total == 93.5 and p.fits(4) and not p.fits(5)
+    assert p.left_after(0) == 93.0 and p.done_suffix(0) == " · about 1m33s left" and p.done_suffix(2) == ""
+    assert p.start_line_of(1, 4) == "cell 2/4 running; it took 1m30s in [LAB:02-abcdef-xyz12]"
+    assert p.start_line_of(2, 4) is None and p.start_line_of(3, 4) is None  # short; not recorded
+    assert p.start_line() == "last time here its cells took 1m34s [LAB:02-abcdef-xyz12]"
+
+
+@pytest.mark.slow  # papermill, twice
+def test_a_second_run_says_what_the_last_one_took_and_the_time_left(store, nb_dir, tmp_path):
+    """No estimate on a notebook's first run here; on the next, the last run's total at the
+    start and, after each cell, what its later cells took then."""
+    _write_nb(nb_dir / "79_pace.ipynb", ['recipe = "default"', START, "import time\ntime.sleep(3)",
+                                         "lab.metric('x', 1.0)"])
+    said: list[list[str]] = [[], []]
+    ids = []
+    for i in range(2):
+        s = rp.reproduce(only=["79"], out_dir=str(tmp_path / f"out{i}"), progress=said[i].append)
+        assert s["ok"], s["results"][0]["error"]
+        ids.append(s["results"][0]["id"])
+    first, second = said
+    assert not any("last time here" in m or " left" in m for m in first), first
+    start = next(m for m in second if m.startswith("79_pace: running as"))
+    assert f"running as [{ids[1]}]; last time here its cells took 0m0" in start and f"[{ids[0]}]" in start, start
+    # papermill's injected parameters cell makes five code cells: the 3-s sleep is the fourth
+    assert any(re.fullmatch(r"79_pace: cell 3/5 done \(\d+\.\d s\) · about 0m0[3-9]s left", m) for m in second), second
+    assert any(re.fullmatch(r"79_pace: cell 5/5 done \(\d+\.\d s\)", m) for m in second), second
+
+
 @pytest.mark.slow  # papermill
 def test_whole_run_limit_stops_the_reproduction_and_skips_the_rest(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "82_slow.ipynb", [
@@ -384,6 +420,9 @@ def test_fail_on_moved_exits_3_and_progress_shows_cells_and_printed_lines(store,
     assert "87_moves: cell 1/5 done" in err and "87_moves: cell 5/5 done" in err
     assert err.index("87_moves| arm 1/2") < err.index("87_moves| arm 2/2") < err.index("87_moves: cell 4/5 done")
     assert "arm 2/2" not in out  # stdout is the JSON only
+    # the kernel's sockets are CurveZMQ-encrypted, so ipykernel has no plain-TCP warning to
+    # print; mlflow's system-metrics monitor keeps its INFO lines to itself
+    assert "[IPKernelApp]" not in err and "mlflow.system_metrics" not in err, err[-2000:]
     moved = _cli("--only", "87", "-p", "value=5.0", "--fail-on-moved", env=env)
     out, err = moved.communicate(timeout=300)
     assert moved.returncode == 3, err[-2000:]

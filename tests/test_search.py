@@ -318,6 +318,22 @@ def test_the_check_keeps_a_right_on_decision():
     assert dropped <= 2, f"the check dropped {dropped} of {on} right decisions"
 
 
+def test_an_off_line_names_the_margin_a_win_must_clear():
+    """1.18x with an interval of 1.01-1.38 is above 1 and still no win at a 2% margin (02's
+    code line on the Intel box, 2026-12-07): the line says so, instead of a bare "no
+    measurable difference" beside an interval that excludes 1."""
+    cand = {"label": "ngram k=3", "drafter": "ngram", "k": 3, "e2e_speedup": 1.18, "e2e_lo": 1.01, "e2e_hi": 1.38,
+            "ci_level": 0.9875, "verdict": decide.NO_DIFF}
+    d = sr.decide_workload("code", [cand, {**cand, "label": "ngram k auto (≤8)", "e2e_speedup": 1.1}])
+    assert d["setting"] == sr.OFF and d["label"] == "ngram k=3"
+    assert d["line"] == ("code: off, no measurable difference beyond ±2% "
+                         "(best of 2: ngram k=3 1.18× (98.8% CI 1.01–1.38))")
+    assert "beyond ±5%" in sr.decide_workload("code", [cand], margin=0.05)["line"]
+    lost = sr.decide_workload("code", [{**cand, "e2e_speedup": 0.8, "e2e_lo": 0.7, "e2e_hi": 0.9,
+                                        "verdict": decide.LOSES}])
+    assert lost["line"].startswith("code: off, loses (best of 1: ngram k=3 0.80×")
+
+
 def test_mix_is_the_harmonic_mean_of_the_settings():
     ds = [{"workload": "edit", "setting": sr.ON, "final": sr.ON, "ratio": 1.5, "lo": 1.4, "hi": 1.6},
           {"workload": "code", "setting": sr.OFF, "final": sr.OFF, "ratio": 1.0, "lo": 0.9, "hi": 1.1}]

@@ -217,9 +217,11 @@ def _ci(s: dict) -> str:
     return f"{s['e2e_speedup']:.2f}× ({lvl:.1%} CI {s['e2e_lo']:.2f}–{s['e2e_hi']:.2f})"
 
 
-def decide_workload(workload: str, summ: list[dict]) -> dict:
+def decide_workload(workload: str, summ: list[dict], *, margin: float = decide.DEFAULT_MARGIN) -> dict:
     """On with the fastest candidate that wins end to end; else off (the simpler option),
-    naming the best candidate measured. Every number is end-to-end, against plain."""
+    naming the best candidate measured. Every number is end-to-end, against plain. An off
+    line names the margin: "no measurable difference" beside an interval of 1.01–1.38 read
+    as a contradiction until one knew that a win must clear 1 + margin."""
     wins = [s for s in summ if s["verdict"] == decide.WINS]
     measured = [s for s in summ if s.get("e2e_speedup") is not None]
     if wins:
@@ -235,7 +237,8 @@ def decide_workload(workload: str, summ: list[dict]) -> dict:
     n = len(summ)
     best = "" if setting == ON else f" (best of {n}: {top['label']} {_ci(top)})"
     line = (f"{workload}: on, {top['label']}, {_ci(top)} e2e, wins" if setting == ON
-            else f"{workload}: off, {'loses' if why == decide.LOSES else 'no measurable difference'}{best}")
+            else f"{workload}: off, {'loses' if why == decide.LOSES else f'no measurable difference beyond ±{margin:.0%}'}"
+                 f"{best}")
     return {"workload": workload, "setting": setting, "label": top["label"], "drafter": top["drafter"],
             "k": int(top["k"]), "policy": bool(top.get("policy")), "ratio": top["e2e_speedup"], "lo": top["e2e_lo"],
             "hi": top["e2e_hi"], "level": top.get("ci_level"), "verdict": top["verdict"], "candidates": n,
@@ -399,7 +402,7 @@ def decisions_table(res: dict) -> pd.DataFrame:
 
 def final_line(d: dict) -> str:
     """A workload's final answer in one line: "edit: on, ngram k=5, 1.45× (98.8% CI 1.30–1.62)
-    e2e, wins; held-out 1.41× inside" or "code: off, no measurable difference (…)"."""
+    e2e, wins; held-out 1.41× inside" or "code: off, no measurable difference beyond ±2% (…)"."""
     if d.get("final", d["setting"]) == OFF and d["setting"] == ON:
         return f"{d['workload']}: off (the held-out check failed: {d.get('check', '')})"
     held = ""

@@ -149,7 +149,7 @@ def search(engine, prompts: list, *, drafters: dict, ks: list[int], thresholds: 
             rows = pd.concat([rows, more], ignore_index=True)
         parts.append(rows.assign(phase="choose"))
         summ_by[w] = summ
-        d = sr.decide_workload(w, summ)
+        d = sr.decide_workload(w, summ, margin=thresholds.margin)
         decisions.append(d)
         if progress:
             progress(f"search: {d['line']}")

@@ -11,9 +11,12 @@ runs. This engine, registered with papermill as ``labkit``, adds:
 * on Ctrl-C or SIGTERM, the kernel interrupted at once (papermill would first save the
   notebook and nbclient then ask a busy kernel to shut down, while the cell went on
   measuring);
-* progress on stderr: ``cell i/n`` as each code cell finishes, and every line the
-  notebook prints (the k sweep's arm counter, for one) prefixed with the notebook's
-  name. stdout stays for the command's JSON.
+* progress on stderr: ``cell i/n`` as each code cell finishes (with the time left by
+  the last run here, ``provenance.pace``, and a long cell announced as it starts), and
+  every line the notebook prints (the k sweep's arm counter, for one) prefixed with the
+  notebook's name. stdout stays for the command's JSON;
+* the kernel's sockets encrypted with CurveZMQ where pyzmq supports it (ipykernel 7
+  warns on plain TCP, a line per notebook that says nothing of the run).
 """
 
 from __future__ import annotations
@@ -74,9 +77,29 @@ def register() -> str:
 
         labkit_progress: Callable | None = None
         labkit_name: str = ""
+        labkit_pace = None  # provenance.pace.Pace of the last run here, or None
+
+        def create_kernel_manager(self):
+            """The kernel's sockets encrypted (CurveZMQ, keys the manager makes for this kernel
+            alone) where pyzmq and the kernelspec support it: ipykernel warns on every start
+            over plain TCP, a line per notebook in the terminal that says nothing of the run."""
+            from traitlets import TraitError
+
+            km = super().create_kernel_manager()
+            try:
+                km.transport_encryption = "auto"
+            except TraitError:  # pyzmq built without libsodium: plain TCP on 127.0.0.1, as before
+                pass
+            return km
 
         def execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
             t0, outcome = time.perf_counter(), "done"
+            code = [i for i, c in enumerate(self.nb.cells) if c.cell_type == "code"]
+            pace = self.labkit_pace if self.labkit_pace is not None and self.labkit_pace.fits(len(code)) else None
+            if cell.cell_type == "code" and self.labkit_progress and pace is not None:
+                line = pace.start_line_of(code.index(cell_index), len(code))
+                if line:
+                    self.labkit_progress(f"{self.labkit_name}: {line}")
             try:
                 return super().execute_cell(cell, cell_index, execution_count, store_history)
             except BaseException as e:
@@ -86,9 +109,10 @@ def register() -> str:
                 raise
             finally:
                 if cell.cell_type == "code" and self.labkit_progress:
-                    code = [i for i, c in enumerate(self.nb.cells) if c.cell_type == "code"]
-                    self.labkit_progress(f"{self.labkit_name}: cell {code.index(cell_index) + 1}/{len(code)} "
-                                         f"{outcome} ({time.perf_counter() - t0:.1f} s)")
+                    i = code.index(cell_index)
+                    left = pace.done_suffix(i) if pace is not None and outcome == "done" else ""
+                    self.labkit_progress(f"{self.labkit_name}: cell {i + 1}/{len(code)} "
+                                         f"{outcome} ({time.perf_counter() - t0:.1f} s){left}")
 
         def labkit_interrupt(self) -> None:
             """SIGINT to the kernel's process group now: the running cell raises KeyboardInterrupt
@@ -110,7 +134,7 @@ def register() -> str:
 
         @classmethod
         def execute_managed_notebook(cls, nb_man, kernel_name, *, limits: Limits | None = None,
-                                     progress: Callable | None = None, name: str = "", start_timeout=60,
+                                     progress: Callable | None = None, name: str = "", pace=None, start_timeout=60,
                                      **_papermill_kwargs):
             from papermill.log import logger
 
@@ -118,7 +142,7 @@ def register() -> str:
             out, err = (_Lines(name), _Lines(name)) if progress else (None, None)
             client = _Client(nb_man, kernel_name=kernel_name, startup_timeout=start_timeout, log=logger,
                              timeout_func=lambda cell: limits.for_cell(), stdout_file=out, stderr_file=err)
-            client.labkit_progress, client.labkit_name = progress, name
+            client.labkit_progress, client.labkit_name, client.labkit_pace = progress, name, pace
             return client.execute()
 
     papermill_engines.register(ENGINE, LabkitEngine)

@@ -31,6 +31,7 @@ from labkit.provenance import (
     runtags,
     tracking,
 )
+from labkit.provenance import pace as pace_mod
 from labkit.provenance import resume as resume_mod
 from labkit.provenance.drift import compare_with_previous
 from labkit.provenance.execution import Limits, register
@@ -156,15 +157,16 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
     os.environ.update(env)
     status, error = "FINISHED", None
     t0 = time.perf_counter()
+    pace = pace_mod.previous(c, rid, nb.stem) if progress else None
     if progress:
-        progress(f"{nb.stem}: running as [{lab}]")
+        progress(f"{nb.stem}: running as [{lab}]" + (f"; {pace.start_line()}" if pace else ""))
     interrupted = None
     box = machine_state.snapshot() if machine_state.supported() else None
     try:
         with arm_journal.JournalWatcher(journal, progress or (lambda _m: None), label=f"{nb.stem}: "):
             pm.execute_notebook(str(nb), str(executed), parameters=params, progress_bar=False,
                                 cwd=str(nb.parent), kernel_name="python3", engine_name=register(),
-                                limits=limits, progress=progress, name=nb.stem)
+                                limits=limits, progress=progress, name=nb.stem, pace=pace)
     except pm.PapermillExecutionError as e:
         status, error = "FAILED", f"cell {e.exec_count}: {e.ename}: {e.evalue}"
     except CellTimeoutError as e:  # nbclient has shut the kernel down; what was logged stays

@@ -9,6 +9,7 @@ disk, network; GPU where mlflow finds one) sampled while a reproduction runs.
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -64,7 +65,10 @@ def log_notebook_html(c, run_id: str, executed: Path) -> str | None:
 
 def start_system_metrics(run_id: str, *, interval: float = SYSTEM_METRICS_INTERVAL_S):
     """Sample system metrics into ``run_id`` (keys ``system/…``) until ``stop_system_metrics``
-    or until the run is no longer RUNNING. None when psutil (or mlflow's monitor) is missing."""
+    or until the run is no longer RUNNING. None when psutil (or mlflow's monitor) is missing.
+    The monitor's INFO lines (started, stopping, no GPU) are not printed: four a notebook in
+    the terminal that say nothing of the run; its warnings still are."""
+    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
     try:
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
