@@ -93,9 +93,8 @@ vm = costmodel.fit_verify_model(costmodel.verify_frame(ver))
 replay_of = measure_search.predict if R.protocol == "search" else measure_protocol.predict  # the search prunes
 pred = replay_of(engine, choose, drafters=arms, ks=R.k, max_tokens=R.max_tokens, V=vm.V, H=vm.H, progress=lab.progress)
 lab.table("replay-prediction", pred["per_prompt"], display=False)
-said = ([f"not replayable (measured only): {', '.join(map(str, pred['not_replayable']))}"]
-        if pred["not_replayable"] else []) + [f"not replayed: {d}: {why}" for d, why in pred.get("pruned", {}).items()]
-print("\n".join(said) or "every drafter replayed")
+if pred["not_replayable"]:  # a drafter the search left out unreplayed is named as it does so, with why
+    print(f"not replayable (measured only): {', '.join(map(str, pred['not_replayable']))}")
 
 # %% [markdown]
 # ## The protocol
@@ -213,7 +212,8 @@ judged = pred_cells[pred_cells["inside_ci"].notna()]
 inside = float(judged["inside_ci"].astype(bool).mean()) if len(judged) else float("nan")
 lab.metric("costmodel/inside_ci", inside)
 lab.figure("predicted_vs_measured", pred_cells[pred_cells["temperature"] == 0], name="predicted-vs-measured")
-losing = pred_cells[pred_cells["losing_term"].notna()][["drafter", "workload", "k", "losing_term"]]
+losing = [f"  {r.drafter} k={r.k} on {r.workload} at T={r.temperature:g}: {r.losing_term}"
+          for r in pred_cells[pred_cells["losing_term"].notna()].itertuples()]
 print(f"cost model: the predicted speedup lies inside the measured 95% CI for {inside:.0%} of {len(judged)} "
-      "speculative cells; " + (f"losing cells and their dominant term:\n{losing.to_string(index=False)}"
-                               if len(losing) else "no cell predicted to lose"))
+      "speculative cells; " + ("\n".join(["cells predicted to lose, and why:", *losing]) if losing
+                               else "no cell predicted to lose"))

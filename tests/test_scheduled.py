@@ -171,14 +171,19 @@ def test_a_second_run_says_what_the_last_one_took_and_the_time_left(store, nb_di
     start and, after each cell, what its later cells took then."""
     _write_nb(nb_dir / "79_pace.ipynb", ['recipe = "default"', START, "import time\ntime.sleep(3)",
                                          "lab.metric('x', 1.0)"])
+    _write_nb(nb_dir / "80_after.ipynb", ['recipe = "default"', START])
     said: list[list[str]] = [[], []]
     ids = []
     for i in range(2):
-        s = rp.reproduce(only=["79"], out_dir=str(tmp_path / f"out{i}"), progress=said[i].append)
-        assert s["ok"], s["results"][0]["error"]
+        s = rp.reproduce(only=["79", "80"], out_dir=str(tmp_path / f"out{i}"), progress=said[i].append)
+        assert s["ok"], [r["error"] for r in s["results"]]
         ids.append(s["results"][0]["id"])
     first, second = said
     assert not any("last time here" in m or " left" in m for m in first), first
+    # the whole reproduction first: what the last one of these two notebooks took, and where it is
+    out0 = re.escape(str(tmp_path / "out0"))
+    assert any(re.fullmatch(rf"2 notebooks; last time here they took 0m[0-5]\ds in all \({out0}\)", m)
+               for m in second), second
     start = next(m for m in second if m.startswith("79_pace: running as"))
     assert f"running as [{ids[1]}]; last time here its cells took 0m0" in start and f"[{ids[0]}]" in start, start
     # papermill's injected parameters cell makes five code cells: the 3-s sleep is the fourth

@@ -3,6 +3,8 @@
 Writes executed notebooks and cell journals to a timestamped folder (runs/), prints the
 [LAB: ...] IDs produced, compares each run with the previous one of the same recipe, and
 exits 1 if any notebook failed (the failed run is marked FAILED, its records kept).
+While it runs, stderr says each cell as it ends and, when this machine has a finished run
+of the same notebook and recipe, what that run took and the time its later cells took.
 The terminal ends with the human summary; the whole record (every run, what it produced,
 the comparisons) is the output folder's summary.json, printed as the last line of stdout
 only with --json.

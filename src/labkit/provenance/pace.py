@@ -5,8 +5,9 @@ covers one search round at a time (the search plans its rounds one by one). The 
 finished run of the same notebook and effective recipe on the same machine (host label
 and CPU, as ``runtags.machine_of`` tells boxes apart) logged its executed notebook, and
 papermill wrote each cell's duration into it: from those, the time left after each cell,
-and what a long cell took before it starts. No such run, or a notebook whose code cells
-changed in number since: no estimate, never a guess.
+and what a long cell took before it starts; for a reproduction of several notebooks, what
+the last one of the same notebooks took in all. No such run, or a notebook whose code
+cells changed in number since: no estimate, never a guess.
 """
 
 from __future__ import annotations
@@ -97,4 +98,24 @@ def previous(c, run_id: str, notebook: str) -> Pace | None:
             return None
         cells = cell_durations(nb)
         return Pace(r.data.tags.get("lab.id", r.info.run_id), cells) if any(cells) else None
+    return None
+
+
+def previous_reproduction(c, parent_id: str) -> tuple[float, str] | None:
+    """Seconds the newest finished ``labkit reproduce`` of the same notebooks and recipe on
+    this machine took, start to close, and its output folder; None when there is none."""
+    try:
+        this = c.get_run(parent_id)
+        tags = this.data.tags
+        runs = c.search_runs(
+            [this.info.experiment_id],
+            filter_string=f"tags.`recipe.effective_hash` = '{tags.get('recipe.effective_hash')}' "
+                          "and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time DESC"], max_results=20)
+    except Exception:  # the store is slow or away: the reproduction goes on without an estimate
+        return None
+    for r in runs:
+        if (r.info.run_id != parent_id and r.data.tags.get("lab.notebooks") == tags.get("lab.notebooks")
+                and _same_machine(r.data.tags, tags) and r.info.end_time and r.info.start_time):
+            return (r.info.end_time - r.info.start_time) / 1000, r.data.tags.get("lab.output", r.info.run_id)
     return None

@@ -307,6 +307,9 @@ def reproduce(*, recipe: str | None = None, only: list[str] | None = None, out_d
             lock.update(output=str(out))
             parent = tracking.new_parent_run(c, recipe=eff, notebooks=[nb.stem for nb in nbs], output=str(out),
                                              tags=runtags.flat_tags(fingerprint.collect(recipe=eff)))
+            before = pace_mod.previous_reproduction(c, parent) if progress and len(nbs) > 1 else None
+            if before:
+                progress(f"{len(nbs)} notebooks; last time here they took {arm_journal.fmt_s(before[0])} in all ({before[1]})")
             for nb in nbs:
                 limits = Limits(effective_recipe(routed[nb]).cell_timeout_s, deadline)
                 if limits.deadline_passed():
