@@ -78,14 +78,18 @@ def _same_machine(a: dict, b: dict) -> bool:
 
 
 def previous(c, run_id: str, notebook: str) -> Pace | None:
-    """The pace of the newest finished run of ``notebook`` with ``run_id``'s effective
-    recipe, on its machine; None when there is none or its notebook cannot be read."""
+    """The pace of the newest finished run of ``notebook`` that ``labkit reproduce`` started
+    with the same effective recipe and parameters as ``run_id`` (``recipe.reproduce_hash``:
+    the notebook's own session later sets ``recipe.effective_hash`` with its parameters'
+    defaults), on its machine; None when there is none or its notebook cannot be read."""
     try:
         this = c.get_run(run_id)
+        key = this.data.tags.get("recipe.reproduce_hash")
+        if not key:
+            return None
         runs = c.search_runs(
             [this.info.experiment_id],
-            filter_string=f"tags.`recipe.effective_hash` = '{this.data.tags.get('recipe.effective_hash')}' "
-                          "and attributes.status = 'FINISHED'",
+            filter_string=f"tags.`recipe.reproduce_hash` = '{key}' and attributes.status = 'FINISHED'",
             order_by=["attributes.start_time DESC"], max_results=20)
     except Exception:  # the store is slow or away: the run goes on without an estimate
         return None

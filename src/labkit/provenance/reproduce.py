@@ -138,6 +138,10 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
     tags = {**runtags.flat_tags(prov), "papermill.parameters": json.dumps(params, default=str),
             "lab.mode": "papermill", "lab.notebook": nb.stem, "lab.output": str(out),
             "recipe.effective_hash": recipe.hash, "recipe.sweep_hash": recipe.sweep_hash,
+            # the hash of what reproduce passed, kept: the notebook's session sets effective_hash
+            # again with its own parameters' defaults (08's verify_rounds), so provenance.pace
+            # finds the last run like this one by this tag
+            "recipe.reproduce_hash": recipe.hash,
             "lab.cell_timeout_s": str(limits.cell_s), "lab.pid": os.getpid(), "lab.journal": str(journal),
             **(extra_tags or {})}
     if resume_from is not None:
