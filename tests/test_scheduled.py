@@ -165,6 +165,36 @@ def test_pace_reads_the_cell_times_papermill_recorded():
     assert p.start_line() == "last time here its cells took 1m34s [LAB:02-abcdef-xyz12]"
 
 
+def test_pace_comes_from_this_machine_and_never_from_a_resumed_run(store):
+    """Runs in a real store (their notebooks SYNTHETIC executed notebooks): the newest
+    finished run is a resumed one (its sweep cell measured only the missing arms) and the
+    next is another machine's; the pace is the one after them."""
+    from labkit.provenance import pace
+
+    c = tracking.client()
+    exp = c.create_experiment("79_pace_store")
+    here = {"host.label": "box-a", "host.cpu_id": "GenuineIntel family 6 model 207"}
+
+    def run(tags: dict, sweep_s: float | None, status="FINISHED") -> str:
+        rid = c.create_run(exp, tags={"recipe.reproduce_hash": "h1", **here, **tags}).info.run_id
+        if sweep_s is not None:
+            nb = {"cells": [{"cell_type": "code", "metadata": {"papermill": {"duration": d}}}
+                            for d in (0.1, 2.0, sweep_s)]}
+            c.log_text(rid, json.dumps(nb), "notebook/79_pace.ipynb")
+        c.set_terminated(rid, status)
+        time.sleep(0.01)  # distinct start times
+        return rid
+
+    run({"lab.id": "LAB:79-h1-right"}, 600.0)
+    run({"lab.id": "LAB:79-h1-other", "host.cpu_id": "AuthenticAMD family 26 model 2"}, 300.0)
+    run({"lab.id": "LAB:79-h1-resum", "resume.from": "LAB:79-h1-killd"}, 40.0)
+    run({"lab.id": "LAB:79-h2-recip", "recipe.reproduce_hash": "h2"}, 900.0)
+    now = c.create_run(exp, tags={"recipe.reproduce_hash": "h1", **here}).info.run_id
+    p = pace.previous(c, now, "79_pace")
+    assert p is not None and p.source == "LAB:79-h1-right" and p.cells == (0.1, 2.0, 600.0), p
+    assert p.start_line_of(2, 3) == "cell 3/3 running; it took 10m00s in [LAB:79-h1-right]"
+
+
 @pytest.mark.slow  # papermill, twice
 def test_a_second_run_says_what_the_last_one_took_and_the_time_left(store, nb_dir, tmp_path):
     """No estimate on a notebook's first run here; on the next, the last run's total at the

@@ -80,8 +80,9 @@ def _same_machine(a: dict, b: dict) -> bool:
 def previous(c, run_id: str, notebook: str) -> Pace | None:
     """The pace of the newest finished run of ``notebook`` that ``labkit reproduce`` started
     with the same effective recipe and parameters as ``run_id`` (``recipe.reproduce_hash``:
-    the notebook's own session later sets ``recipe.effective_hash`` with its parameters'
-    defaults), on its machine; None when there is none or its notebook cannot be read."""
+    a downstream notebook's session later sets ``recipe.effective_hash`` with the 02 run it
+    read), on its machine, and not a resumed run (its cells measured only what the
+    interrupted one had not); None when there is none or its notebook cannot be read."""
     try:
         this = c.get_run(run_id)
         key = this.data.tags.get("recipe.reproduce_hash")
@@ -94,7 +95,7 @@ def previous(c, run_id: str, notebook: str) -> Pace | None:
     except Exception:  # the store is slow or away: the run goes on without an estimate
         return None
     for r in runs:
-        if r.info.run_id == run_id or not _same_machine(r.data.tags, this.data.tags):
+        if r.info.run_id == run_id or r.data.tags.get("resume.from") or not _same_machine(r.data.tags, this.data.tags):
             continue
         try:
             nb = json.loads(tracking.read_artifact(c, r.info.run_id, f"notebook/{notebook}.ipynb"))

@@ -138,8 +138,8 @@ def run_notebook(c, nb: Path, params: dict, out: Path, *, progress: Callable | N
     tags = {**runtags.flat_tags(prov), "papermill.parameters": json.dumps(params, default=str),
             "lab.mode": "papermill", "lab.notebook": nb.stem, "lab.output": str(out),
             "recipe.effective_hash": recipe.hash, "recipe.sweep_hash": recipe.sweep_hash,
-            # the hash of what reproduce passed, kept: the notebook's session sets effective_hash
-            # again with its own parameters' defaults (08's verify_rounds), so provenance.pace
+            # the hash of what reproduce passed, kept: a downstream notebook's session sets
+            # effective_hash again with the 02 run it read (08's sweep), so provenance.pace
             # finds the last run like this one by this tag
             "recipe.reproduce_hash": recipe.hash,
             "lab.cell_timeout_s": str(limits.cell_s), "lab.pid": os.getpid(), "lab.journal": str(journal),
