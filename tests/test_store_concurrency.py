@@ -91,3 +91,15 @@ def test_two_writers_on_one_new_sqlite_store_lose_nothing(tmp_path):
     import sqlite3
 
     assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+@pytest.mark.slow  # a CLI process: ~3-5 s of imports
+def test_a_first_command_on_a_new_store_prints_its_answer_not_mlflows_table_creation(tmp_path):
+    db = tmp_path / "new" / "mlflow.db"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"}
+    r = subprocess.run([sys.executable, "-m", "labkit.cli", "advise"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and db.exists(), r.stderr[-2000:]
+    # the answer (no sweep yet, and how to make one) is all it says
+    assert r.stderr.startswith("labkit advise: error: no finished 02_k_sweep run"), r.stderr[-2000:]
+    assert "mlflow.store.db.utils" not in r.stderr and "database tables" not in r.stderr

@@ -26,7 +26,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
-import logging
 import os
 import sys
 import tempfile
@@ -420,8 +419,6 @@ def start(namespace: dict | None = None, *, notebook: str | None = None) -> Lab:
     params = {n: ns[n] for n in dict.fromkeys(names) if n in ns and _jsonable(ns[n])}
     where = nbinfo.locate(ns, notebook)
     recipe = effective_recipe(params)
-    # MLflow's INFO lines as a new SQLite store creates its tables would be a cell's stderr box
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     interactive = not os.environ.get("LABKIT_RUN_ID")
     c = tracking.client(check=interactive)
     source = upstream.choose(c, notebook=where.name, recipe=recipe, interactive=interactive)

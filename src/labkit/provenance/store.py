@@ -10,6 +10,7 @@ holds off the writer. Both are closed here, once per process.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -109,6 +110,9 @@ def sqlite_client(uri: str):
 
     path = Path(uri[len("sqlite:///"):])
     path.parent.mkdir(parents=True, exist_ok=True)
+    # MLflow logs two INFO lines as it creates a new store's tables: on a first `labkit
+    # advise` they come before the answer, in a notebook they are a cell's stderr box
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     with exclusive(path.with_name(path.name + ".lock")):
         con = sqlite3.connect(path, timeout=30)
         try:
