@@ -444,11 +444,37 @@ def test_results_matrix_shows_a_contended_sweep(store):
 
 
 # -- drift that pages, progress on stderr ------------------------------------------------------
+def test_the_terminal_relays_a_notebooks_lines_but_thins_its_counters(capsys):
+    """What the terminal shows of a kernel's lines: every line, except ArmBook's counts (the
+    journal watcher says them with the time) and, of a counter of items, one line per label
+    every 15 s."""
+    from labkit.provenance.execution import _Lines
+
+    now = [0.0]
+    said: dict = {}
+    out, err = _Lines("02", said, clock=lambda: now[0]), _Lines("02", said, clock=lambda: now[0])
+    for t, sink, line in [
+        (0.0, out, "replay: edit-01 (1/40), 64 plain tokens"), (3.0, out, "replay: edit-04 (2/40), 64 plain tokens"),
+        (4.0, err, "arms sweep: 1/10 · ETA 0m11s"), (4.5, err, "arms sweep: 9 inherited from LAB:02-abcdef-xyz12"),
+        (5.0, out, "k sweep: code-07 T=0.0 run 1/1 (1/2)"), (6.0, out, "search: code: on, ngram k=3, 1.20× (1.06–1.36)"),
+        (9.0, out, "k sweep: code-10 T=0.0 run 1/1 (2/2)"), (15.0, out, "replay: edit-07 (3/40), 64 plain tokens"),
+        (20.0, out, "k sweep: code-11 T=0.0 run 2/2 (1/6)"), (21.0, out, "arm 2/2"),
+    ]:
+        now[0] = t
+        sink.write(line + "\n")
+    relayed = [x.split("| ", 1)[1] for x in capsys.readouterr().err.splitlines()]
+    assert relayed == ["replay: edit-01 (1/40), 64 plain tokens", "arms sweep: 9 inherited from LAB:02-abcdef-xyz12",
+                       "k sweep: code-07 T=0.0 run 1/1 (1/2)", "search: code: on, ngram k=3, 1.20× (1.06–1.36)",
+                       "replay: edit-07 (3/40), 64 plain tokens", "k sweep: code-11 T=0.0 run 2/2 (1/6)", "arm 2/2"]
+
+
 @pytest.mark.slow  # papermill
 def test_fail_on_moved_exits_3_and_progress_shows_cells_and_printed_lines(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "87_moves.ipynb", [
         'recipe = "default"\nvalue = 1.0', START,
-        "print('arm 1/2', flush=True)\nprint('arm 2/2', flush=True)", "lab.metric('value', value)"])
+        "import sys\nprint('arm 1/2', flush=True)\nprint('arm 2/2', flush=True)\n"
+        "for i in range(1, 6):\n    print(f'replay: p-{i} ({i}/5)', flush=True)\n"
+        "print('arms demo: 3/5 · ETA 0m01s', file=sys.stderr, flush=True)", "lab.metric('value', value)"])
     env = _env(LABKIT_NOTEBOOKS=str(nb_dir), LABKIT_ROOT=str(tmp_path / "root"))
     assert rp.reproduce(only=["87"], params={"value": 1.0})["ok"]
     same = _cli("--only", "87", "-p", "value=1.0", "--fail-on-moved", env=env)
@@ -461,6 +487,9 @@ def test_fail_on_moved_exits_3_and_progress_shows_cells_and_printed_lines(store,
     # the kernel's sockets are CurveZMQ-encrypted, so ipykernel has no plain-TCP warning to
     # print; mlflow's system-metrics monitor keeps its INFO lines to itself
     assert "[IPKernelApp]" not in err and "mlflow.system_metrics" not in err, err[-2000:]
+    # a counter of items says its first line (the next comes 15 s later); an ArmBook count is
+    # the journal watcher's to say; the executed notebook keeps every line
+    assert "87_moves| replay: p-1 (1/5)" in err and "p-2 (2/5)" not in err and "arms demo" not in err, err[-2000:]
     moved = _cli("--only", "87", "-p", "value=5.0", "--fail-on-moved", env=env)
     out, err = moved.communicate(timeout=300)
     assert moved.returncode == 3, err[-2000:]

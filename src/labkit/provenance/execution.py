@@ -13,8 +13,9 @@ runs. This engine, registered with papermill as ``labkit``, adds:
   measuring);
 * progress on stderr: ``cell i/n`` as each code cell finishes (with the time left by
   the last run here, ``provenance.pace``, and a long cell announced as it starts), and
-  every line the notebook prints (the k sweep's arm counter, for one) prefixed with the
-  notebook's name. stdout stays for the command's JSON;
+  every line the notebook prints prefixed with the notebook's name, but for its arm counts
+  (the journal watcher says them, with the time) and one line of a per-item counter (a
+  prompt at a time) every 15 s. stdout stays for the command's JSON;
 * the kernel's sockets encrypted with CurveZMQ where pyzmq supports it (ipykernel 7
   warns on plain TCP, a line per notebook that says nothing of the run).
 """
@@ -22,6 +23,7 @@ runs. This engine, registered with papermill as ``labkit``, adds:
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -48,18 +50,45 @@ class Limits:
         return self.deadline is not None and time.monotonic() >= self.deadline - 0.05
 
 
-class _Lines:
-    """A file-like sink that writes whole lines to stderr, each prefixed with the notebook."""
+# ArmBook's own count ("arms sweep: 46/64 · ETA 0m25s"): the reproduction's journal watcher says
+# the same count, with the time, every 15 s, so the kernel's copy would say it twice
+_ARM_COUNT = re.compile(r"^arms \S+: \d+/\d+")
+# a per-item counter ("k sweep: code-07 T=0.0 run 1/1 (1/2)", "replay: edit-01 (1/40), ..."):
+# a line per prompt is a status line (JupyterLab shows it in place), not a log
+_ITEM_COUNT = re.compile(r"^(?P<label>[^:()]+): .*\(\d+/\d+\)")
+THIN_S = 15.0  # an item counter is relayed once per label in this long, as the watcher's count
 
-    def __init__(self, prefix: str):
-        self.prefix = prefix
+
+class _Lines:
+    """A file-like sink that writes whole lines to stderr, each prefixed with the notebook.
+
+    A terminal is read by a person: ArmBook's counts are left to the journal watcher, and
+    of a per-item counter's lines one per label every ``thin_s`` seconds is relayed. The
+    executed notebook keeps every line. ``said`` (label -> when) is shared by a notebook's
+    stdout and stderr sinks."""
+
+    def __init__(self, prefix: str, said: dict | None = None, *, thin_s: float = THIN_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.prefix, self.said, self.thin_s, self.clock = prefix, ({} if said is None else said), thin_s, clock
         self.buf = ""
+
+    def relayed(self, line: str) -> bool:
+        if _ARM_COUNT.match(line):
+            return False
+        m = _ITEM_COUNT.match(line)
+        if m is None:
+            return True
+        now, last = self.clock(), self.said.get(m["label"])
+        if last is not None and now - last < self.thin_s:
+            return False
+        self.said[m["label"]] = now
+        return True
 
     def write(self, text: str) -> None:
         self.buf += text.replace("\r", "\n")
         *lines, self.buf = self.buf.split("\n")
         for line in lines:
-            if line.strip():
+            if line.strip() and self.relayed(line.strip()):
                 print(f"  {self.prefix}| {line}", file=sys.stderr, flush=True)
 
     def flush(self) -> None:
@@ -139,7 +168,8 @@ def register() -> str:
             from papermill.log import logger
 
             limits = limits or Limits()
-            out, err = (_Lines(name), _Lines(name)) if progress else (None, None)
+            said: dict = {}
+            out, err = (_Lines(name, said), _Lines(name, said)) if progress else (None, None)
             client = _Client(nb_man, kernel_name=kernel_name, startup_timeout=start_timeout, log=logger,
                              timeout_func=lambda cell: limits.for_cell(), stdout_file=out, stderr_file=err)
             client.labkit_progress, client.labkit_name, client.labkit_pace = progress, name, pace
