@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -31,6 +32,7 @@ ORIGIN_COLUMNS = ("origin", "origin_host", "origin_time", "origin_seq")
 DRIFT_ARMS = 3  # plain arms compared on each side of a resume seam
 DRIFT_TOL = 0.10  # single generations: flag a median shift beyond 10% or the recorded range
 SAY_EVERY_S = 10.0  # progress lines on stderr at most this often
+WATCH_EVERY_S = 15.0  # a journal watcher's progress lines at most this often
 
 
 def compact(records):
@@ -258,6 +260,9 @@ def progress_text(kind: str, done: int, planned: int, eta: float | None) -> str:
     return f"arms {kind}: {done}/{planned}" + (f" · ETA {fmt_s(eta)}" if eta is not None and done < planned else "")
 
 
+PROGRESS_LINE = re.compile(r"^arms \S+: \d+/\d+")  # what progress_text writes, to recognise it
+
+
 def journal_progress(path: Path, offset: int) -> tuple[list[dict], int]:
     """Arm entries appended to a journal since ``offset`` (for a watcher in another process)."""
     if not path.is_file():
@@ -319,7 +324,7 @@ class JournalWatcher:
     """Arm progress (done / planned, ETA) from a journal another process writes, on
     ``say`` at most every ``every_s`` seconds and when a kind completes."""
 
-    def __init__(self, path: Path, say: Callable[[str], None], *, label: str = "", every_s: float = 15.0,
+    def __init__(self, path: Path, say: Callable[[str], None], *, label: str = "", every_s: float = WATCH_EVERY_S,
                  poll_s: float = 2.0):
         import threading
 

@@ -28,6 +28,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from labkit.provenance import arms as arm_journal
+
 ENGINE = "labkit"
 
 
@@ -50,13 +52,10 @@ class Limits:
         return self.deadline is not None and time.monotonic() >= self.deadline - 0.05
 
 
-# ArmBook's own count ("arms sweep: 46/64 · ETA 0m25s"): the reproduction's journal watcher says
-# the same count, with the time, every 15 s, so the kernel's copy would say it twice
-_ARM_COUNT = re.compile(r"^arms \S+: \d+/\d+")
 # a per-item counter ("k sweep: code-07 T=0.0 run 1/1 (1/2)", "replay: edit-01 (1/40), ..."):
 # a line per prompt is a status line (JupyterLab shows it in place), not a log
 _ITEM_COUNT = re.compile(r"^(?P<label>[^:()]+): .*\(\d+/\d+\)")
-THIN_S = 15.0  # an item counter is relayed once per label in this long, as the watcher's count
+THIN_S = arm_journal.WATCH_EVERY_S  # an item counter is relayed once per label in this long, as the watcher's count
 
 
 class _Lines:
@@ -73,7 +72,8 @@ class _Lines:
         self.buf = ""
 
     def relayed(self, line: str) -> bool:
-        if _ARM_COUNT.match(line):
+        # ArmBook's own count: the reproduction's journal watcher says it, with the time
+        if arm_journal.PROGRESS_LINE.match(line):
             return False
         m = _ITEM_COUNT.match(line)
         if m is None:
