@@ -77,23 +77,29 @@ def _same_machine(a: dict, b: dict) -> bool:
     return key(a) == key(b)
 
 
+def _newest_finished(c, run_id: str, tag: str) -> tuple[object | None, list]:
+    """The run, and the newest finished runs (20 at most) of its experiment whose ``tag``
+    has its value; (None, []) when it has no such tag, or the store is slow or away (the
+    run goes on without an estimate)."""
+    try:
+        this = c.get_run(run_id)
+        value = this.data.tags.get(tag)
+        if not value:
+            return None, []
+        return this, c.search_runs([this.info.experiment_id],
+                                   filter_string=f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED'",
+                                   order_by=["attributes.start_time DESC"], max_results=20)
+    except Exception:
+        return None, []
+
+
 def previous(c, run_id: str, notebook: str) -> Pace | None:
     """The pace of the newest finished run of ``notebook`` that ``labkit reproduce`` started
     with the same effective recipe and parameters as ``run_id`` (``recipe.reproduce_hash``:
     a downstream notebook's session later sets ``recipe.effective_hash`` with the 02 run it
     read), on its machine, and not a resumed run (its cells measured only what the
     interrupted one had not); None when there is none or its notebook cannot be read."""
-    try:
-        this = c.get_run(run_id)
-        key = this.data.tags.get("recipe.reproduce_hash")
-        if not key:
-            return None
-        runs = c.search_runs(
-            [this.info.experiment_id],
-            filter_string=f"tags.`recipe.reproduce_hash` = '{key}' and attributes.status = 'FINISHED'",
-            order_by=["attributes.start_time DESC"], max_results=20)
-    except Exception:  # the store is slow or away: the run goes on without an estimate
-        return None
+    this, runs = _newest_finished(c, run_id, "recipe.reproduce_hash")
     for r in runs:
         if r.info.run_id == run_id or r.data.tags.get("resume.from") or not _same_machine(r.data.tags, this.data.tags):
             continue
@@ -109,18 +115,9 @@ def previous(c, run_id: str, notebook: str) -> Pace | None:
 def previous_reproduction(c, parent_id: str) -> tuple[float, str] | None:
     """Seconds the newest finished ``labkit reproduce`` of the same notebooks and recipe on
     this machine took, start to close, and its output folder; None when there is none."""
-    try:
-        this = c.get_run(parent_id)
-        tags = this.data.tags
-        runs = c.search_runs(
-            [this.info.experiment_id],
-            filter_string=f"tags.`recipe.effective_hash` = '{tags.get('recipe.effective_hash')}' "
-                          "and attributes.status = 'FINISHED'",
-            order_by=["attributes.start_time DESC"], max_results=20)
-    except Exception:  # the store is slow or away: the reproduction goes on without an estimate
-        return None
+    this, runs = _newest_finished(c, parent_id, "recipe.effective_hash")
     for r in runs:
-        if (r.info.run_id != parent_id and r.data.tags.get("lab.notebooks") == tags.get("lab.notebooks")
-                and _same_machine(r.data.tags, tags) and r.info.end_time and r.info.start_time):
+        if (r.info.run_id != parent_id and r.data.tags.get("lab.notebooks") == this.data.tags.get("lab.notebooks")
+                and _same_machine(r.data.tags, this.data.tags) and r.info.end_time and r.info.start_time):
             return (r.info.end_time - r.info.start_time) / 1000, r.data.tags.get("lab.output", r.info.run_id)
     return None
