@@ -56,3 +56,13 @@ def wait_gone(pids, seconds: float) -> list[int]:
     while time.monotonic() < end and any(alive(p) for p in pids):
         time.sleep(0.2)
     return [p for p in pids if alive(p)]
+
+
+def waiting_on_lock(pid: int) -> bool:
+    """``pid`` is blocked on a file lock (flock or fcntl): /proc/locks lists each waiter as
+    ``N: -> FLOCK  ADVISORY  WRITE <pid> ...``, beside the lock it waits for."""
+    try:
+        lines = (PROC / "locks").read_text().splitlines()
+    except OSError:
+        return False
+    return any(len(f := line.split()) > 5 and f[1] == "->" and f[5] == str(pid) for line in lines)

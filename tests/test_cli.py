@@ -42,6 +42,24 @@ def test_unknown_command():
     assert p.returncode == 2 and "unknown command" in p.stderr
 
 
+def test_a_command_skips_the_last_collection_at_exit():
+    """labkit.teardown: the CLI registers gc.freeze() as an exit handler before the command
+    imports anything, so an exit handler registered earlier (here, before the CLI was
+    imported; such handlers run later) finds the survivors frozen: the interpreter's last
+    collection has nothing left to walk (benchmarks/bench_exit.py times it)."""
+    code = ("import atexit, gc, os, sys\n"
+            "atexit.register(lambda w=os.write: w(1, f'frozen {gc.get_freeze_count()}'.encode()))\n"
+            "from labkit import cli\n"
+            "sys.exit(cli.main(['frobnicate']))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "unknown command" in p.stderr
+    frozen = int(p.stdout.rsplit("frozen ", 1)[1])
+    assert frozen > 1_000, p.stdout  # every object alive then (~5,800 for an unknown command)
+    bare = subprocess.run([sys.executable, "-c", code.replace("cli.main(['frobnicate'])", "2")], capture_output=True,
+                          text=True, timeout=300)
+    assert bare.stdout.strip() == "frozen 0"  # without the CLI's registration nothing is frozen
+
+
 def test_models_lists_embedded_with_sha():
     p = labkit("models", "gemma-3-270m-q4_k_m", "--verify", "--json")
     row = last_json(p)["models"][0]

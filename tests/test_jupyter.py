@@ -235,7 +235,7 @@ def _run_all_and_save(server: Server, page, notebook: str, *, timeout: float = C
         if idle_since is not None and time.monotonic() - idle_since > 60:  # Run All stopped at the error
             raise AssertionError(f"{notebook}: Run All stopped at cell {failed['index']}: {failed['error']}")
         assert time.monotonic() < deadline, f"{notebook}: Run All did not finish in {timeout} s"
-        time.sleep(2)
+        time.sleep(0.5)
     path = server.root / f"{notebook}.ipynb"
     before = path.stat().st_mtime_ns
     browser.jupyterlab_menu(page, "File", "Save Notebook")

@@ -17,10 +17,10 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-LAYERS = ["errors", "paths", "engines", "artifacts", "decoding", "config", "analysis", "measure", "suites",
+LAYERS = ["errors", "paths", "teardown", "engines", "artifacts", "decoding", "config", "analysis", "measure", "suites",
           "provenance", "report", "lab", "commands", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
-RANK["paths"] = RANK["errors"]  # the two leaf helpers share layer 0
+RANK["paths"] = RANK["teardown"] = RANK["errors"]  # the three leaf helpers share layer 0
 RANK["cli"] = RANK["commands"]
 NEVER = {layer: {"engines", "decoding", "measure", "artifacts"} for layer in ("analysis", "provenance", "report")}
 
@@ -134,7 +134,7 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 def test_every_module_sits_in_a_layer_folder():
     top = {m for m in modules() if m.count(".") == 1}
-    assert top <= {"labkit.errors", "labkit.paths", "labkit.cli"} | {f"labkit.{p}" for p in LAYERS}, top
+    assert top <= {"labkit.errors", "labkit.paths", "labkit.teardown", "labkit.cli"} | {f"labkit.{p}" for p in LAYERS}, top
 
 
 def test_imports_go_downward_only():

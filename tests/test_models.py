@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+import procs
 from labkit.artifacts import zoo
 from labkit.errors import LabkitError
 
@@ -87,8 +88,12 @@ def test_one_process_at_a_time_builds_a_zoo_model(tmp_cache):
         p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
         try:
-            time.sleep(8)  # the import and the assembly take ~3 s here: long enough to have built it, unlocked
-            assert p.poll() is None and not (zoo.models_dir() / "gemma-3-270m-q4_k_m.gguf").exists()
+            end = time.monotonic() + 240  # its imports take seconds on a loaded 2-core box
+            while not procs.waiting_on_lock(p.pid):
+                assert p.poll() is None, f"it ended without waiting for the lock: {p.communicate()}"
+                assert time.monotonic() < end, "it never waited on the model's lock"
+                time.sleep(0.05)
+            assert not (zoo.models_dir() / "gemma-3-270m-q4_k_m.gguf").exists()
         except BaseException:
             p.kill()
             raise

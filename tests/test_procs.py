@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import procs
 
@@ -47,3 +48,22 @@ def test_descendants_alive_and_zombies():
         child.wait()
     os.kill(grand[0], 9)
     assert procs.wait_gone([child.pid, grand[0]], 10) == []
+
+
+def test_a_process_blocked_on_a_file_lock_reads_as_waiting(tmp_path):
+    lock = tmp_path / "x.lock"
+    code = f"import fcntl; f = open({str(lock)!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX)"
+    import fcntl
+
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        p = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            end = time.monotonic() + 60
+            while not procs.waiting_on_lock(p.pid) and time.monotonic() < end:
+                time.sleep(0.02)
+            assert procs.waiting_on_lock(p.pid) and p.poll() is None
+            assert not procs.waiting_on_lock(os.getpid())  # the holder is not a waiter
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+    assert p.wait(timeout=60) == 0 and not procs.waiting_on_lock(p.pid)  # it took the lock and exited

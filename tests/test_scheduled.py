@@ -225,6 +225,24 @@ def test_a_second_run_says_what_the_last_one_took_and_the_time_left(store, nb_di
 
 
 @pytest.mark.slow  # papermill
+def test_a_notebook_kernel_skips_the_last_collection_at_exit(store, nb_dir, tmp_path):
+    """labkit.teardown: lab.start() registers gc.freeze() as the kernel's exit handler; a
+    handler the notebook registered before start() runs after it and finds the survivors
+    frozen, and the run is closed and recorded as before."""
+    seen = tmp_path / "freeze-count"
+    _write_nb(nb_dir / "78_exit.ipynb", [
+        'recipe = "default"',
+        f"import atexit, gc\natexit.register(lambda p={str(seen)!r}, n=gc.get_freeze_count: open(p, 'w').write(str(n())))",
+        START, "lab.metric('x', 1.0)"])
+    s = rp.reproduce(only=["78"], out_dir=str(tmp_path / "out"))
+    assert s["ok"], s["results"][0]["error"]
+    assert int(seen.read_text()) > 10_000  # MLflow, pandas, matplotlib, labkit: far more objects than that
+    run = tracking.client().get_run(s["results"][0]["run_id"])
+    assert run.info.status == "FINISHED" and run.data.metrics["x"] == 1.0
+    assert procs.kernels(os.getpid()) == []
+
+
+@pytest.mark.slow  # papermill
 def test_whole_run_limit_stops_the_reproduction_and_skips_the_rest(store, nb_dir, tmp_path):
     _write_nb(nb_dir / "82_slow.ipynb", [
         'recipe = "default"', START, "import time\ntime.sleep(1)\nlab.metric('step1', 1.0)",

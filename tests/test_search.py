@@ -15,6 +15,10 @@ can decide."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -112,9 +116,23 @@ def said_wins(res: dict, *, final: bool) -> bool:
     return any(d["final" if final else "setting"] == sr.ON for d in res["decisions"])
 
 
+@pytest.fixture(scope="module")
+def pool():
+    """The replications are independent and seeded, so they run on every core (at most 4):
+    spawned processes, which share nothing with this one (its engine's threads included)."""
+    cores = min(4, len(os.sched_getaffinity(0)))
+    with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("spawn")) as ex:
+        yield lambda fn, args: list(ex.map(fn, args, chunksize=max(1, len(args) // (4 * cores))))
+
+
 # -- simulation: error rate and power ---------------------------------------------------------
+def _false_win(i: int) -> tuple[bool, bool]:
+    res = run_search(Box({}, seed=i))
+    return said_wins(res, final=False), said_wins(res, final=True)
+
+
 @pytest.mark.slow  # 200 whole searches
-def test_no_false_wins_when_every_candidate_equals_plain():
+def test_no_false_wins_when_every_candidate_equals_plain(pool):
     """Every candidate equal to plain (true ratio 1, with prompt effects the replay sees too):
     the search (ranking, selection, sequential rounds, held-out check) turns speculation on
     in at most 5% of 200 replications (2 when written, with 12 held-out prompts and 10 in
@@ -124,75 +142,81 @@ def test_no_false_wins_when_every_candidate_equals_plain():
     measured up, which Bonferroni over the measured candidates does not cover); the check on
     fresh prompts is
     what brings it down, so it is part of the decision, not a report beside it."""
-    chosen = final = 0
-    for i in range(200):
-        res = run_search(Box({}, seed=i))
-        chosen += said_wins(res, final=False)
-        final += said_wins(res, final=True)
+    said = pool(_false_win, range(200))
+    chosen, final = sum(c for c, _ in said), sum(f for _, f in said)
     assert final <= 10, f"{final}/200 false wins after the check ({chosen} before it)"
     assert final <= chosen
 
 
+def _found_15(i: int) -> bool:
+    d = run_search(Box({("ngram", 5): 1.15}, seed=1000 + i, **QUIET))["decisions"][0]
+    return d["final"] == sr.ON and (d["drafter"], d["k"]) == ("ngram", 5)
+
+
 @pytest.mark.slow  # 200 whole searches
-def test_finds_one_candidate_at_plus_15_percent():
+def test_finds_one_candidate_at_plus_15_percent(pool):
     """One candidate (ngram k=5) truly 15% faster, the rest equal to plain, on a quiet box: the
     search turns it on in at least 90% of 200 replications, and it survives the held-out check."""
-    found = 0
-    for i in range(200):
-        res = run_search(Box({("ngram", 5): 1.15}, seed=1000 + i, **QUIET))
-        d = res["decisions"][0]
-        found += d["final"] == sr.ON and (d["drafter"], d["k"]) == ("ngram", 5)
+    found = sum(pool(_found_15, range(200)))
     assert found >= 180, f"found in {found}/200"
 
 
+def _hit_10(seed_reserve: tuple[int, int]) -> bool:
+    i, n_reserve = seed_reserve
+    d = run_search(Box({("ngram", 5): 1.10}, seed=7000 + i, n_reserve=n_reserve, **REAL))["decisions"][0]
+    return d["final"] == sr.ON and (d["drafter"], d["k"]) == ("ngram", 5)
+
+
 @pytest.mark.slow  # 400 whole searches
-def test_fresh_reserve_prompts_decide_plus_10_percent_where_repeats_do_not():
+def test_fresh_reserve_prompts_decide_plus_10_percent_where_repeats_do_not(pool):
     """One candidate truly 10% faster on a box with the family 26 box's spread: the second round
     on 10 fresh reserve prompts turns it on about 3x as often as the same round repeating the 8
     choosing prompts (116 and 34 of 200 when written; 135 with 14 reserve prompts and 8 held out,
     110 when the reserve was denied to an arm whose interval, projected at its estimate, would
     not clear the line); repeating a prompt leaves the spread over prompts, most of the interval,
     as it was."""
-    fresh = repeat = 0
-    for i in range(200):
-        for n_reserve in (10, 0):
-            d = run_search(Box({("ngram", 5): 1.10}, seed=7000 + i, n_reserve=n_reserve, **REAL))["decisions"][0]
-            hit = d["final"] == sr.ON and (d["drafter"], d["k"]) == ("ngram", 5)
-            fresh, repeat = fresh + (hit and n_reserve > 0), repeat + (hit and n_reserve == 0)
+    args = [(i, n_reserve) for i in range(200) for n_reserve in (10, 0)]
+    hits = pool(_hit_10, args)
+    fresh = sum(h for h, (_, n) in zip(hits, args, strict=True) if n)
+    repeat = sum(h for h, (_, n) in zip(hits, args, strict=True) if not n)
     assert fresh >= 100 and fresh >= 3 * repeat, f"fresh prompts {fresh}/200, repeats {repeat}/200"
 
 
-def _inside(effect: float, reps: int, seed: int, **kw) -> tuple[int, int]:
-    inside = checked = 0
-    box = kw.pop("box", {})
-    for i in range(reps):
-        res = run_search(Box({("ngram", 5): effect}, seed=seed + i, **REAL, **box), **kw)
-        c = [c for c in res["checks"] if c.get("realised") is not None]
-        inside, checked = inside + sum(bool(x.get("inside")) for x in c), checked + len(c)
-    return inside, checked
+def _inside_one(effect_seed: tuple[float, int]) -> tuple[int, int]:
+    effect, seed = effect_seed
+    res = run_search(Box({("ngram", 5): effect}, seed=seed, **REAL))
+    c = [c for c in res["checks"] if c.get("realised") is not None]
+    return sum(bool(x.get("inside")) for x in c), len(c)
+
+
+def _inside(pool, effect: float, reps: int, seed: int) -> tuple[int, int]:
+    """Of ``reps`` replications, the held-out checks whose realised ratio lies inside the
+    decision's interval, and the checks made."""
+    got = pool(_inside_one, [(effect, seed + i) for i in range(reps)])
+    return sum(i for i, _ in got), sum(c for _, c in got)
 
 
 @pytest.mark.slow  # 100 whole searches
-def test_a_right_decisions_held_out_ratio_lands_inside_its_interval():
+def test_a_right_decisions_held_out_ratio_lands_inside_its_interval(pool):
     """One candidate truly 20% faster on a box with the family 26 box's spread (a prose-like
     workload: undecided after 8 prompts, decided on the reserve): the realised ratio on the
     held-out prompts lies inside the decision's interval in at least 88 of 100 replications (95
     when written). With 4 held-out prompts (12 per workload, check_share 0.34, 18 in reserve)
     it was 85: a 4-prompt mean is too noisy to judge an interval made from 26 prompts."""
-    inside, checked = _inside(1.20, 100, 9000)
+    inside, checked = _inside(pool, 1.20, 100, 9000)
     assert inside >= 88, f"inside in {inside}/{checked}"
 
 
 @pytest.mark.slow  # 200 whole searches
-def test_near_the_line_12_held_out_prompts_land_inside_where_8_did_not():
+def test_near_the_line_12_held_out_prompts_land_inside_where_8_did_not(pool):
     """Effects near the line (+10%, +15%: a workload the reserve round decides, on 18 prompts,
     so its interval is narrow) at the family 26 box's spread: with the default's 12 held-out
     prompts the realised ratio lies inside the decision's interval in at least 87% of the
     checks (182 of 200 when written); with 8 held out (16 per workload, check_share 0.5, 14 in
     reserve: the default until 2026-12-06) it was 167 of 200, about what three back-to-back
     runs on the family 26 box read (16 of 20 workloads inside)."""
-    a = _inside(1.10, 100, 11000)
-    b = _inside(1.15, 100, 11000)
+    a = _inside(pool, 1.10, 100, 11000)
+    b = _inside(pool, 1.15, 100, 11000)
     inside, checked = a[0] + b[0], a[1] + b[1]
     assert checked == 200 and inside >= 175, f"inside in {inside}/{checked}"
 
@@ -303,17 +327,18 @@ def test_the_check_fails_a_decision_only_where_the_fresh_prompts_contradict_it()
     assert flat["failed"] and "not faster" in flat["line"]
 
 
+def _on_and_dropped(i: int) -> tuple[bool, bool]:
+    d = run_search(Box({("ngram", 5): 1.5}, seed=5000 + i, sd_round=0.02, sd_prompt=0.1, sd_shared=0.1))["decisions"][0]
+    return d["setting"] == sr.ON, d["setting"] == sr.ON and d["final"] == sr.OFF
+
+
 @pytest.mark.slow  # 200 whole searches
-def test_the_check_keeps_a_right_on_decision():
+def test_the_check_keeps_a_right_on_decision(pool):
     """One candidate truly 50% faster on a box whose prompts differ (sd 10% per prompt, 10%
     shared): of the replications that turn it on, the held-out check turns off at most 2 (0 of
     200 when written). Failing on the held-out point alone (the rule before) turned off 8."""
-    on = dropped = 0
-    for i in range(200):
-        d = run_search(Box({("ngram", 5): 1.5}, seed=5000 + i, sd_round=0.02, sd_prompt=0.1,
-                           sd_shared=0.1))["decisions"][0]
-        on += d["setting"] == sr.ON
-        dropped += d["setting"] == sr.ON and d["final"] == sr.OFF
+    got = pool(_on_and_dropped, range(200))
+    on, dropped = sum(o for o, _ in got), sum(d for _, d in got)
     assert on >= 150, f"turned on in {on}/200"
     assert dropped <= 2, f"the check dropped {dropped} of {on} right decisions"
 

@@ -8,6 +8,7 @@ import os
 import sys
 
 from labkit.errors import LabkitError
+from labkit.teardown import freeze_at_exit
 
 COMMANDS = {
     "models": "Prepare and list models with sha256",
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0
     cmd, rest = argv[0], argv[1:]
+    freeze_at_exit()  # registered before the command imports MLflow, so it runs after MLflow's handlers
     if cmd not in COMMANDS:
         print(f"labkit: unknown command {cmd!r}\n\n{_usage()}", file=sys.stderr)
         return 2

@@ -44,6 +44,7 @@ from labkit.provenance import arms as arm_journal
 from labkit.provenance import fingerprint, frames, ids, resume, run_page, runtags, tracking
 from labkit.provenance.metric_keys import is_summary, summary_text
 from labkit.report import figures
+from labkit.teardown import freeze_at_exit
 
 _SESSION: Lab | None = None
 OFFLINE_PROBE_S = 30.0
@@ -411,6 +412,7 @@ class Lab:
 def start(namespace: dict | None = None, *, notebook: str | None = None) -> Lab:
     """Begin (or resume under papermill) the provenance session of this notebook run."""
     global _SESSION
+    freeze_at_exit()  # the kernel's exit, which a reproduction waits for, without the last full collection
     ip = _ipython()
     # input_hist_raw[0] is a placeholder and its last entry is the cell running start() now
     history = list(ip.history_manager.input_hist_raw[1:-1]) if ip is not None else []
