@@ -120,7 +120,7 @@ def said_wins(res: dict, *, final: bool) -> bool:
 def pool():
     """The replications are independent and seeded, so they run on every core (at most 4):
     spawned processes, which share nothing with this one (its engine's threads included)."""
-    cores = min(4, len(os.sched_getaffinity(0)))
+    cores = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("spawn")) as ex:
         yield lambda fn, args: list(ex.map(fn, args, chunksize=max(1, len(args) // (4 * cores))))
 
