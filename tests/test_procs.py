@@ -3,6 +3,7 @@ the resume chain once errored on a reproduction's short-lived child gone between
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -53,8 +54,6 @@ def test_descendants_alive_and_zombies():
 def test_a_process_blocked_on_a_file_lock_reads_as_waiting(tmp_path):
     lock = tmp_path / "x.lock"
     code = f"import fcntl; f = open({str(lock)!r}, 'a'); fcntl.flock(f, fcntl.LOCK_EX)"
-    import fcntl
-
     with open(lock, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         p = subprocess.Popen([sys.executable, "-c", code])
