@@ -322,7 +322,7 @@ start() {
     until healthy; do
         if ! mlflow_alive; then tail -n 20 "$LOGS/mlflow.log" >&2; stop; die "mlflow server exited" "see $LOGS/mlflow.log"; fi
         if (( SECONDS - t0 >= WAIT )); then stop; die "no /health answer within ${WAIT}s" "see $LOGS/mlflow.log; raise LABKIT_TEAM_WAIT"; fi
-        sleep 1
+        sleep 0.5  # each probe is a Python start: more often would slow the server's own start
     done
     log "ready in $((SECONDS - t0)) s"
     url
@@ -332,7 +332,7 @@ stop() {
     if proxy_alive; then
         local ppid; ppid=$(cat "$PROXY_PID")
         kill -QUIT "$ppid" 2>/dev/null || true
-        for _ in $(seq 20); do kill -0 "$ppid" 2>/dev/null || break; sleep 0.5; done
+        for _ in $(seq 100); do kill -0 "$ppid" 2>/dev/null || break; sleep 0.1; done  # 10 s
         kill -KILL "$ppid" 2>/dev/null || true
     fi
     rm -f "$PROXY_PID"
@@ -342,7 +342,7 @@ stop() {
         # order (TERM to the whole group races uvicorn into respawning workers). Then a
         # bounded wait for the whole group, then KILL whatever is left of it.
         kill -TERM "$pid" 2>/dev/null || kill -TERM -- "-$pid" 2>/dev/null || true
-        for _ in $(seq 30); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 1; done
+        for _ in $(seq 300); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done  # 30 s
         kill -KILL -- "-$pid" 2>/dev/null || true
         rm -f "$MLFLOW_PID"
     fi

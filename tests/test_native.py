@@ -53,6 +53,69 @@ def test_server_build_is_a_no_op_once_built(built):
     assert server_build.find()["llama_cpp_commit"] == built["llama_cpp_commit"]
 
 
+def _ninja_objects(build: Path) -> set[str]:
+    """The object files build.ninja makes, as paths under the build folder."""
+    text = (build / "build.ninja").read_text()
+    return {ln.split()[1].rstrip(":") for ln in text.splitlines() if ln.startswith("build ") and ".o:" in ln.split()[1]}
+
+
+def test_the_unity_build_groups_only_code_no_timed_path_runs(built):
+    """The installed build: llama-common and mtmd compiled as unity builds, every file a token
+    passes through (UNITY_OWN) compiled on its own, and ggml, libllama's own grouping and the
+    server's libraries as the pinned CMakeLists make them."""
+    assert built["unity"]["sha256"] == native.unity()["sha256"] and not built["unity"].get("skipped")
+    objs = _ninja_objects(Path(built["dir"]) / "build")
+    unity = {o for o in objs if "/Unity/unity_" in o}
+    grouped = {o.split("/CMakeFiles/")[1].split(".dir/")[0] for o in unity}
+    assert grouped == {*native.UNITY_TARGETS, "llama"}  # libllama: upstream's own UNITY_BUILD
+    for target, files in native.UNITY_OWN.items():
+        for f in files:
+            assert any(o.endswith(f"/{target}.dir/{Path(f).name}.o") for o in objs), (target, f)
+    assert not any(o.startswith(("ggml/", "tools/server/")) for o in unity)
+    assert "common/CMakeFiles/llama-common.dir/arg.cpp.o" not in objs  # grouped, not its own compile
+
+
+def test_a_unity_file_the_sources_lack_stops_the_configure_with_the_fix(tmp_path):
+    """CMake itself, on a SYNTHETIC project named llama.cpp with llama-common and mtmd: a file
+    UNITY_OWN names and the sources lack (a new pin moved it) stops the configure naming it
+    and the fix; with every file there, llama-common gets its unity sources."""
+    if native.cmake_version() is None or native.cmake_version() < native.UNITY_CMAKE:
+        pytest.skip("cmake 3.19+ is needed for the unity build (native.UNITY_CMAKE)")
+    src = tmp_path / "src"
+    files = [f for fs in native.UNITY_OWN.values() for f in fs] + ["common/arg.cpp", "common/chat.cpp",
+                                                                   "tools/mtmd/clip.cpp"]
+    for i, f in enumerate(files):
+        (src / f).parent.mkdir(parents=True, exist_ok=True)
+        (src / f).write_text(f"int f_{i}() {{ return 0; }}\n")
+    common = " ".join(f for f in files if f.startswith("common/"))
+    mtmd = " ".join(f for f in files if f.startswith("tools/"))
+    (src / "CMakeLists.txt").write_text(
+        f"cmake_minimum_required(VERSION 3.19)\nproject(\"llama.cpp\" CXX)\n"
+        f"add_library(llama-common STATIC {common})\nadd_library(mtmd STATIC {mtmd})\n")
+    inc = tmp_path / "labkit-unity.cmake"
+    inc.write_text(native.unity_cmake())
+
+    def configure(build: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["cmake", "-S", str(src), "-B", str(tmp_path / build),
+                               f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={inc}"], capture_output=True, text=True, timeout=120)
+
+    ok = configure("ok")
+    assert ok.returncode == 0, ok.stderr
+    unity = list((tmp_path / "ok").rglob("llama-common.dir/Unity/unity_*_cxx.cxx"))
+    assert len(unity) == 1 and "arg.cpp" in unity[0].read_text() and "sampling.cpp" not in unity[0].read_text()
+    (src / "common/sampling.cpp").unlink()
+    moved = configure("moved")
+    assert moved.returncode != 0
+    said = " ".join(moved.stderr.split())
+    assert "common/sampling.cpp is not in these llama.cpp sources" in said and "native.UNITY_OWN" in said
+
+
+def test_another_unity_build_is_another_cached_build(monkeypatch):
+    before = native.key(native.PORTABLE_FLAGS)
+    monkeypatch.setattr(native, "UNITY_OWN", {**native.UNITY_OWN, "llama-common": native.UNITY_OWN["llama-common"][1:]})
+    assert native.key(native.PORTABLE_FLAGS) != before
+
+
 def _fake_cache(tmp_path, monkeypatch) -> Path:
     """A finished build's layout with small stand-in files (SYNTHETIC: no compile)."""
     monkeypatch.setenv("LABKIT_CACHE", str(tmp_path / "cache"))

@@ -214,7 +214,7 @@ class MlflowServer:
         while not _healthy(self.url):
             assert self.proc.poll() is None, (self.d / "server.log").read_text()[-3000:]
             assert time.monotonic() - t0 < wait, "mlflow server did not answer /health"
-            time.sleep(1)
+            time.sleep(0.25)
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -14,13 +14,18 @@ compiles nothing) and its ``llama_cpp/lib`` holds links to this build's librarie
         build.log    every command and its output
         build.json   written last: version, commit, flags, sha256 of every library and tool
 
-    key = sha256(version | flags | the build's own CMake options | machine | patches)[:12]
+    key = sha256(version | flags | the build's own CMake options | machine | patches
+                 | the unity build's CMake file)[:12]
 
 Patches (``engines/patches/*.patch``, listed in PATCHES) are applied to the extracted
 sources before the first configure, each recorded in build.json with its sha256 and the
 upstream issues and pull requests its header names; their checksums are part of the key,
 so a cached build made with other patches is never picked up. A patch that no longer
 applies (a new pin) stops the build with the fix, never builds an unpatched tree.
+
+llama-common and mtmd are compiled as CMake unity builds (UNITY_TARGETS, UNITY_OWN): from
+the same source folder the libraries and tools labkit times come out byte-identical, and the
+build takes about four fifths of the time (benchmarks/bench_build.py).
 
 A build without build.json is unfinished (interrupted, failed): it is never used, and
 the next ``build`` resumes it (CMake rebuilds only what is missing). A library whose
@@ -129,9 +134,29 @@ TOOLS = ("llama-server", "llama-bench", "llama-batched-bench", "llama-lookup")
 PATCHES_DIR = Path(__file__).resolve().parent / "patches"
 PATCHES = ("tinyblas-q0-small-n.patch",)
 PYTHON_ARGS = "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"  # llama-cpp-python, installed over this build
-# CMake's "Building"/"Linking" lines in a full build of these targets at this version (counted
-# in the first build's log); only the progress estimate uses it
-STEPS = 215
+# CMake's unity build (up to 8 .cpp files per compile, CMake's default; the pinned CMakeLists
+# already builds libllama that way, by 16) for the two targets that are most of the compile and
+# off every timed path: llama-common (argument, chat-template, JSON-schema and download code)
+# and mtmd (images and audio). The files a decode step or a server's token passes through keep
+# a compile of their own (UNITY_OWN: their objects are the very bytes of a build without it);
+# ggml, libllama and the server's libraries are not touched. So libllama.so, libggml*.so and
+# every tool labkit times come out byte-identical with and without it, in less time on 2 cores
+# (docs/reproduce.md). Made by configure through CMAKE_PROJECT_llama.cpp_INCLUDE (CMake 3.19+).
+UNITY_TARGETS = ("llama-common", "mtmd")
+UNITY_OWN = {
+    # sampling, drafts, batches and logging each token goes through; json.cpp and mtmd's
+    # helpers specialize or guard in ways a shared compile refuses
+    "llama-common": ("common/common.cpp", "common/sampling.cpp", "common/speculative.cpp", "common/ngram-cache.cpp",
+                     "common/ngram-map.cpp", "common/ngram-mod.cpp", "common/log.cpp",
+                     "common/reasoning-budget.cpp", "common/json.cpp"),
+    "mtmd": ("tools/mtmd/mtmd-helper.cpp", "tools/mtmd/mtmd-helper-gen.cpp"),
+}
+UNITY_BATCH = 8
+UNITY_CMAKE = (3, 19)  # cmake_language(DEFER)
+# CMake's "Building"/"Linking" lines in a full build of these targets at this version: 215 in
+# the first build's log (197 objects, 18 links); the unity build compiles 113 objects (ninja's
+# log of its first build), the links are the same. Only the progress estimate uses it
+STEPS = 113 + 18
 
 Progress = Callable[[str], None] | None
 
@@ -197,8 +222,52 @@ def patches() -> list[dict]:
     return out
 
 
+def unity_cmake() -> str:
+    """The CMake file configure includes after ``project(llama.cpp)``: once every target is
+    defined, UNITY_TARGETS get CMake's unity build and UNITY_OWN their own compiles. A target
+    or file the pinned sources lack stops the configure with the fix (a new pin moved them)."""
+    own = "\n".join(f"  labkit_own({t} {f})" for t, files in UNITY_OWN.items() for f in files)
+    return f"""# written by labkit (src/labkit/engines/native.py, UNITY_TARGETS and UNITY_OWN): do not edit
+function(labkit_own target file)
+  if(NOT EXISTS "${{CMAKE_SOURCE_DIR}}/${{file}}")
+    message(FATAL_ERROR "labkit's unity build: ${{file}} is not in these llama.cpp sources (a new pin moved it); "
+                        "fix: update native.UNITY_OWN in src/labkit/engines/native.py")
+  endif()
+  set_source_files_properties("${{CMAKE_SOURCE_DIR}}/${{file}}" TARGET_DIRECTORY ${{target}}
+                              PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+endfunction()
+function(labkit_unity)
+  foreach(t {" ".join(UNITY_TARGETS)})
+    if(NOT TARGET ${{t}})
+      message(FATAL_ERROR "labkit's unity build: no target ${{t}} in these llama.cpp sources; "
+                          "fix: update native.UNITY_TARGETS in src/labkit/engines/native.py")
+    endif()
+    set_target_properties(${{t}} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE {UNITY_BATCH})
+  endforeach()
+{own}
+endfunction()
+cmake_language(DEFER CALL labkit_unity)
+"""
+
+
+def unity() -> dict:
+    """What build.json records of the unity build: the targets, the files kept apart, and the
+    sha256 of the CMake file (part of the key)."""
+    return {"targets": list(UNITY_TARGETS), "batch": UNITY_BATCH, "own": {t: list(f) for t, f in UNITY_OWN.items()},
+            "sha256": hashlib.sha256(unity_cmake().encode()).hexdigest()}
+
+
+def cmake_version() -> tuple[int, ...] | None:
+    try:
+        out = subprocess.run(["cmake", "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"version (\d+)\.(\d+)", out)
+    return (int(m[1]), int(m[2])) if m else None
+
+
 def key(ggml_flags: str, *, version: str = VERSION) -> str:
-    sums = ",".join(p["sha256"] for p in patches())
+    sums = ",".join([p["sha256"] for p in patches()] + [unity()["sha256"]])
     return hashlib.sha256(f"{version}|{ggml_flags}|{BUILD_FLAGS}|{platform.machine()}|{sums}".encode()
                           ).hexdigest()[:12]
 
@@ -388,16 +457,19 @@ class _Meter:
 
 
 def _expected_steps() -> int:
-    """Build steps of a full build: the newest finished build's count on this machine, else
-    the count of this version's build (STEPS)."""
+    """Build steps of a full build: the newest finished build's count on this machine made
+    the same way (its unity build too: it has fewer, longer steps), else the count of this
+    version's build (STEPS)."""
+    same = unity()["sha256"]
     for meta in sorted(cache_dir().glob(f"llama.cpp-{VERSION}-*/build.json"), key=lambda p: p.stat().st_mtime,
                        reverse=True):
         try:
-            n = json.loads(meta.read_text()).get("steps")
+            info = json.loads(meta.read_text())
         except ValueError:
             continue
-        if n:
-            return int(n)
+        u = info.get("unity") or {}
+        if info.get("steps") and u.get("sha256") == same and not u.get("skipped"):
+            return int(info["steps"])
     return STEPS
 
 
@@ -465,13 +537,23 @@ def build(*, force: bool = False, jobs: int | None = None, progress: Progress = 
     t = time.perf_counter()
     say(progress, f"configuring llama.cpp {commit[:7]} with {ggml_flags or '(default flags)'} (log: {log})")
     gen = generator(d / "build")
-    _run(["cmake", "-S", str(src), "-B", str(d / "build"), "-G", gen, *ggml_flags.split(), *BUILD_FLAGS.split()],
-         log)
+    unity_info, unity_args = unity(), []
+    version = cmake_version()
+    if version is not None and version >= UNITY_CMAKE:
+        (d / "labkit-unity.cmake").write_text(unity_cmake())
+        unity_args = [f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={d / 'labkit-unity.cmake'}"]
+    else:  # the same libraries and tools, compiled file by file: only the build takes longer
+        unity_info["skipped"] = (f"cmake {'.'.join(map(str, version or ())) or '(unknown version)'} lacks "
+                                 f"cmake_language(DEFER) ({'.'.join(map(str, UNITY_CMAKE))}+)")
+        say(progress, f"compiling file by file: {unity_info['skipped']}; a newer cmake (pip install cmake) "
+                      "shortens the build by about a third")
+    _run(["cmake", "-S", str(src), "-B", str(d / "build"), "-G", gen, *ggml_flags.split(), *BUILD_FLAGS.split(),
+          *unity_args], log)
     stages["configure_s"] = round(time.perf_counter() - t, 1)
     t = time.perf_counter()
     targets = [*LIBS, *TOOLS]
     say(progress, f"compiling {', '.join(targets)} with {jobs} jobs ({gen}): one build for the Python engine and the tools "
-                  f"(about 6 to 15 minutes on 2 cores; log: {log})")
+                  f"(about 4 to 12 minutes on 2 cores; log: {log})")
     meter = _Meter(progress, log, expected=None if resumed else _expected_steps())
     _run(["cmake", "--build", str(d / "build"), "--target", *targets, f"-j{jobs}"], log, watch=meter)
     stages["compile_s"] = round(time.perf_counter() - t, 1)
@@ -487,6 +569,7 @@ def build(*, force: bool = False, jobs: int | None = None, progress: Progress = 
         "cmake_args_from": flags_from,
         "build_cmake_args": BUILD_FLAGS,
         "patches": applied,
+        "unity": unity_info,
         "generator": gen,
         "machine": platform.machine(),
         "host": platform.node(),
