@@ -546,7 +546,7 @@ def build(*, force: bool = False, jobs: int | None = None, progress: Progress = 
         unity_info["skipped"] = (f"cmake {'.'.join(map(str, version or ())) or '(unknown version)'} lacks "
                                  f"cmake_language(DEFER) ({'.'.join(map(str, UNITY_CMAKE))}+)")
         say(progress, f"compiling file by file: {unity_info['skipped']}; a newer cmake (pip install cmake) "
-                      "shortens the build by about a third")
+                      "shortens the build by about a fifth")
     _run(["cmake", "-S", str(src), "-B", str(d / "build"), "-G", gen, *ggml_flags.split(), *BUILD_FLAGS.split(),
           *unity_args], log)
     stages["configure_s"] = round(time.perf_counter() - t, 1)
