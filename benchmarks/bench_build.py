@@ -39,15 +39,14 @@ from labkit.engines import native
 from labkit.errors import LabkitError
 
 
-def _build(src: Path, out: Path, flags: str, unity: Path | None, jobs: int) -> float:
-    """Configure and build labkit's targets from ``src`` into ``out`` (fresh); wall seconds."""
+def _build(src: Path, out: Path, flags: str, include: list[str], jobs: int) -> float:
+    """Configure (with ``include``: the unity build's arguments, or none) and build labkit's
+    targets from ``src`` into ``out`` (fresh); wall seconds."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     log = out.with_suffix(".log")
-    extra = [f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={unity}"] if unity else []
     t0 = time.perf_counter()
-    native._run(["cmake", "-S", str(src), "-B", str(out), "-G", native.generator(), *flags.split(),
-                 *native.BUILD_FLAGS.split(), *extra], log)
+    native._run(native.configure_command(src, out, flags, gen=native.generator(), extra=include), log)
     native._run(["cmake", "--build", str(out), "--target", *native.LIBS, *native.TOOLS, f"-j{jobs}"], log)
     return time.perf_counter() - t0
 
@@ -70,23 +69,21 @@ def main(argv=None) -> int:
         info = native.find(verify=True)
         if info is None or info["missing"]:
             raise LabkitError(f"no finished labkit llama.cpp build in {native.build_dir()}", "run `make setup`")
-        version = native.cmake_version()
-        if version is None or version < native.UNITY_CMAKE:
-            raise LabkitError(f"cmake {version} cannot make the unity build (3.19+ is needed)",
-                              "install a newer cmake (pip install cmake), then rerun")
+        why = native.unity_unsupported()
+        if why:
+            raise LabkitError(f"no unity build to compare: {why}", "install a newer cmake (pip install cmake), then rerun")
     except LabkitError as e:
         print(f"error: {e.problem}\nfix: {e.fix}", file=sys.stderr)
         return 2
     src = Path(info["dir"]) / "src"
     rows, seen, differ = [], {"file": [], "unity": []}, set()
     with tempfile.TemporaryDirectory(prefix="labkit-bench-build-") as d:
-        unity = Path(d) / "labkit-unity.cmake"
-        unity.write_text(native.unity_cmake())
+        include = native.unity_args(Path(d))
         for i in range(args.rounds):
             got, sums = {}, {}
             for arm in (("unity", "file") if i % 2 else ("file", "unity")):
                 try:
-                    got[arm] = _build(src, Path(d) / arm, info["cmake_args"], unity if arm == "unity" else None,
+                    got[arm] = _build(src, Path(d) / arm, info["cmake_args"], include if arm == "unity" else [],
                                       args.jobs)
                 except LabkitError as e:
                     print(f"error: the {arm} build failed: {e.problem}\nfix: {e.fix}", file=sys.stderr)

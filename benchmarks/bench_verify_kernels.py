@@ -139,8 +139,7 @@ def portable_libdir(*, jobs: int | None = None) -> Path:
                       f"into {src}", file=sys.stderr, flush=True)
                 native.extract_source(native._sdist(cache_dir(), log, None), src, log, patched=False)
             print(f"portable: building {CPU_LIB} with {flags} (once; log: {log})", file=sys.stderr, flush=True)
-            native._run(["cmake", "-S", str(src), "-B", str(root / "build"), "-G", native.generator(root / "build"),
-                         *flags.split(), *native.BUILD_FLAGS.split()], log)
+            native._run(native.configure_command(src, root / "build", flags, gen=native.generator(root / "build")), log)
             native._run(["cmake", "--build", str(root / "build"), "--target", "ggml-cpu",
                          f"-j{jobs or os.cpu_count() or 2}"], log)
             (root / "done.json").write_text(json.dumps({

@@ -79,8 +79,9 @@ def test_a_unity_file_the_sources_lack_stops_the_configure_with_the_fix(tmp_path
     """CMake itself, on a SYNTHETIC project named llama.cpp with llama-common and mtmd: a file
     UNITY_OWN names and the sources lack (a new pin moved it) stops the configure naming it
     and the fix; with every file there, llama-common gets its unity sources."""
-    if native.cmake_version() is None or native.cmake_version() < native.UNITY_CMAKE:
-        pytest.skip("cmake 3.19+ is needed for the unity build (native.UNITY_CMAKE)")
+    why = native.unity_unsupported()
+    if why:
+        pytest.skip(f"no unity build here: {why}")
     src = tmp_path / "src"
     files = [f for fs in native.UNITY_OWN.values() for f in fs] + ["common/arg.cpp", "common/chat.cpp",
                                                                    "tools/mtmd/clip.cpp"]
@@ -92,12 +93,11 @@ def test_a_unity_file_the_sources_lack_stops_the_configure_with_the_fix(tmp_path
     (src / "CMakeLists.txt").write_text(
         f"cmake_minimum_required(VERSION 3.19)\nproject(\"llama.cpp\" CXX)\n"
         f"add_library(llama-common STATIC {common})\nadd_library(mtmd STATIC {mtmd})\n")
-    inc = tmp_path / "labkit-unity.cmake"
-    inc.write_text(native.unity_cmake())
+    include = native.unity_args(tmp_path)
 
     def configure(build: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["cmake", "-S", str(src), "-B", str(tmp_path / build),
-                               f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={inc}"], capture_output=True, text=True, timeout=120)
+        return subprocess.run(["cmake", "-S", str(src), "-B", str(tmp_path / build), *include], capture_output=True,
+                              text=True, timeout=120)
 
     ok = configure("ok")
     assert ok.returncode == 0, ok.stderr

@@ -54,7 +54,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from labkit.errors import LabkitError
@@ -264,6 +264,27 @@ def cmake_version() -> tuple[int, ...] | None:
         return None
     m = re.search(r"version (\d+)\.(\d+)", out)
     return (int(m[1]), int(m[2])) if m else None
+
+
+def unity_unsupported() -> str | None:
+    """Why this machine's cmake cannot make the unity build, or None when it can."""
+    version = cmake_version()
+    if version is not None and version >= UNITY_CMAKE:
+        return None
+    return (f"cmake {'.'.join(map(str, version or ())) or '(unknown version)'} lacks "
+            f"cmake_language(DEFER) ({'.'.join(map(str, UNITY_CMAKE))}+)")
+
+
+def unity_args(folder: Path) -> list[str]:
+    """Write the unity build's CMake file into ``folder``; the configure arguments that include it."""
+    path = folder / "labkit-unity.cmake"
+    path.write_text(unity_cmake())
+    return [f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={path}"]
+
+
+def configure_command(src: Path, build: Path, ggml_flags: str, *, gen: str, extra: Sequence[str] = ()) -> list[str]:
+    """CMake's configure of ``src`` into ``build`` with the ggml flags and the build's own options."""
+    return ["cmake", "-S", str(src), "-B", str(build), "-G", gen, *ggml_flags.split(), *BUILD_FLAGS.split(), *extra]
 
 
 def key(ggml_flags: str, *, version: str = VERSION) -> str:
@@ -537,18 +558,15 @@ def build(*, force: bool = False, jobs: int | None = None, progress: Progress = 
     t = time.perf_counter()
     say(progress, f"configuring llama.cpp {commit[:7]} with {ggml_flags or '(default flags)'} (log: {log})")
     gen = generator(d / "build")
-    unity_info, unity_args = unity(), []
-    version = cmake_version()
-    if version is not None and version >= UNITY_CMAKE:
-        (d / "labkit-unity.cmake").write_text(unity_cmake())
-        unity_args = [f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={d / 'labkit-unity.cmake'}"]
+    unity_info, include = unity(), []
+    why = unity_unsupported()
+    if why is None:
+        include = unity_args(d)
     else:  # the same libraries and tools, compiled file by file: only the build takes longer
-        unity_info["skipped"] = (f"cmake {'.'.join(map(str, version or ())) or '(unknown version)'} lacks "
-                                 f"cmake_language(DEFER) ({'.'.join(map(str, UNITY_CMAKE))}+)")
-        say(progress, f"compiling file by file: {unity_info['skipped']}; a newer cmake (pip install cmake) "
+        unity_info["skipped"] = why
+        say(progress, f"compiling file by file: {why}; a newer cmake (pip install cmake) "
                       "shortens the build by about a fifth")
-    _run(["cmake", "-S", str(src), "-B", str(d / "build"), "-G", gen, *ggml_flags.split(), *BUILD_FLAGS.split(),
-          *unity_args], log)
+    _run(configure_command(src, d / "build", ggml_flags, gen=gen, extra=include), log)
     stages["configure_s"] = round(time.perf_counter() - t, 1)
     t = time.perf_counter()
     targets = [*LIBS, *TOOLS]
